@@ -1,0 +1,36 @@
+# The two commands of the README: `make demo` and `make test`. Each creates the
+# environment if it is missing (pinned by constraints.txt: torch 2.13.0 is never replaced).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PROFILE := --workflow-profile workflow/profiles/default
+
+.PHONY: demo test install lint report dvc-repro clean
+
+$(STAMP): requirements.txt constraints.txt pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/snakemake $(PROFILE)
+	$(BIN)/snakemake $(PROFILE) --report results/report.html
+	@$(BIN)/python -m synthaudit where
+
+test: $(STAMP)
+	$(BIN)/python -m pytest
+
+lint: $(STAMP)
+	$(BIN)/snakemake --lint
+
+report: $(STAMP)
+	$(BIN)/snakemake $(PROFILE) --report results/report.html
+
+clean:
+	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \
+	       results/plots results/report.html logs benchmarks .snakemake

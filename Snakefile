@@ -1,0 +1,39 @@
+"""synthaudit: does a synthetic 3D image dataset leak training patients?
+
+Thin entry point: parameters in params.yaml (validated first), rules in workflow/rules/,
+one target rule per stage. `snakemake --workflow-profile workflow/profiles/default`
+runs everything; `make demo` does that on the embedded demo.
+"""
+
+import sys
+from pathlib import Path
+
+from snakemake.utils import min_version
+
+min_version("8.0")
+
+# The library is importable without installing it (conda envs need no pip install).
+sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+
+
+configfile: "params.yaml"
+
+
+report: "workflow/report/workflow.rst"
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/cohort.smk"
+include: "workflow/rules/preprocess.smk"
+include: "workflow/rules/synthetic.smk"
+include: "workflow/rules/relict.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    default_target: True
+    input:
+        rules.preprocess_all.input,
+        rules.synthetic_all.input,
+        rules.relict_all.input,
+        rules.figures_all.input,

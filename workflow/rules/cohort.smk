@@ -1,0 +1,55 @@
+# The embedded demo cohort: simulated NCCT-like patients (baseline + follow-up) from
+# nilearn's MNI152 tissue maps, written as raw scans in their own scanner space.
+
+
+rule demo_patient:
+    output:
+        baseline_image="results/cohort/{dataset}/images/{patient}_bl.nii.gz",
+        baseline_label="results/cohort/{dataset}/labels/{patient}_bl.nii.gz",
+        followup_image="results/cohort/{dataset}/images/{patient}_fu.nii.gz",
+        followup_label="results/cohort/{dataset}/labels/{patient}_fu.nii.gz",
+        truth="results/cohort/{dataset}/truth/{patient}.json",
+    log:
+        "logs/demo_patient/{dataset}/{patient}.log",
+    benchmark:
+        "benchmarks/demo_patient/{dataset}/{patient}.tsv"
+    params:
+        demo=lambda wc: config["datasets"][wc.dataset]["demo"],
+    threads: 1
+    resources:
+        mem_mb=3000,
+    wildcard_constraints:
+        dataset=_alternatives(DEMO_DATASETS),
+        patient=r"p\d+",
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/demo_patient.py"
+
+
+rule demo_manifest:
+    output:
+        "results/cohort/{dataset}/manifest.tsv",
+    log:
+        "logs/demo_manifest/{dataset}.log",
+    params:
+        demo=lambda wc: config["datasets"][wc.dataset]["demo"],
+    threads: 1
+    resources:
+        mem_mb=500,
+    wildcard_constraints:
+        dataset=_alternatives(DEMO_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/demo_manifest.py"
+
+
+rule cohort_all:
+    input:
+        [f"results/cohort/{d}/manifest.tsv" for d in DEMO_DATASETS],
+        [
+            f"results/cohort/{d}/images/{s.id}.nii.gz"
+            for d in DEMO_DATASETS
+            for s in PLANS[d].scans
+        ],

@@ -1,0 +1,95 @@
+# Validation of params.yaml, the dataset plans (every id known at parse time),
+# wildcard constraints and input functions shared by all rules.
+
+import re
+
+from snakemake.exceptions import WorkflowError
+
+from synthaudit.config import ParamsError, validate_params
+from synthaudit.sources import SourceError, plan_dataset
+
+try:
+    validate_params(config)
+    PLANS = {name: plan_dataset(name, ds) for name, ds in config["datasets"].items()}
+except (ParamsError, SourceError) as e:
+    raise WorkflowError(str(e)) from None
+
+DATASETS = list(PLANS)
+DEMO_DATASETS = [d for d in DATASETS if config["datasets"][d]["source"] == "demo_ncct"]
+SPIKED_DATASETS = [d for d in DATASETS if config["datasets"][d]["synthetic"]["source"] == "spiked"]
+IMPORTED_DATASETS = [d for d in DATASETS if d not in SPIKED_DATASETS]
+MEASURES = list(config["relict"]["measures"])
+
+
+def _alternatives(names):
+    """A regex matching exactly these names (a never-matching one when empty)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
+
+
+wildcard_constraints:
+    dataset=_alternatives(DATASETS),
+    measure=_alternatives(MEASURES),
+    scan=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+    syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
+
+
+def ds_cfg(wildcards):
+    return config["datasets"][wildcards.dataset]
+
+
+def plan(wildcards):
+    return PLANS[wildcards.dataset]
+
+
+# ---- paths ---------------------------------------------------------------
+PRE = "results/preprocessed/{dataset}"
+SYN = "results/synthetic/{dataset}"
+
+
+def raw_image(wildcards):
+    """The raw image of a real scan: the user's file, or the demo cohort's output."""
+    scan = plan(wildcards).scan(wildcards.scan)
+    if scan.image is not None:
+        return scan.image
+    return f"results/cohort/{wildcards.dataset}/images/{wildcards.scan}.nii.gz"
+
+
+def raw_label(wildcards):
+    scan = plan(wildcards).scan(wildcards.scan)
+    if scan.image is not None:
+        if scan.label is None:
+            raise WorkflowError(f"dataset {wildcards.dataset}: scan {scan.id} has no label file")
+        return scan.label
+    return f"results/cohort/{wildcards.dataset}/labels/{wildcards.scan}.nii.gz"
+
+
+def has_label(dataset, scan):
+    s = PLANS[dataset].scan(scan)
+    return s.image is None or s.label is not None
+
+
+def preprocessed_images(dataset, role=None):
+    return [f"results/preprocessed/{dataset}/images/{s.id}.nii.gz"
+            for s in PLANS[dataset].scans if role is None or s.role == role]
+
+
+def preprocessed_labels(dataset):
+    return [f"results/preprocessed/{dataset}/labels/{s.id}.nii.gz"
+            for s in PLANS[dataset].scans if has_label(dataset, s.id)]
+
+
+def synthetic_images(dataset):
+    return [f"results/synthetic/{dataset}/images/{v.id}.nii.gz" for v in PLANS[dataset].synthetic]
+
+
+def ratings_file(dataset):
+    """The rating table that evaluation uses, or None (no evaluation for this dataset)."""
+    given = config["datasets"][dataset].get("ratings")
+    if given:
+        return given
+    if dataset in SPIKED_DATASETS:
+        return f"results/synthetic/{dataset}/ratings_reference.tsv"
+    return None
+
+
+RATED_DATASETS = [d for d in DATASETS if ratings_file(d) is not None]

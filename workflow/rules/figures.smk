@@ -1,0 +1,62 @@
+# Figures and the report: everything drawn from the pipeline's own tables.
+
+
+rule figure_relict:
+    input:
+        summary="results/relict/{dataset}/evaluation.json",
+        scores="results/relict/{dataset}/ratios_with_rating.tsv",
+        sweeps=expand("results/plots/relict_sweep/{{dataset}}__{measure}.tsv", measure=MEASURES),
+    output:
+        balanced_accuracy=report(
+            "results/figures/{dataset}/balanced_accuracy.png",
+            caption="../report/balanced_accuracy.rst",
+            category="RELICT",
+            subcategory="{dataset}",
+        ),
+        ratios=report(
+            "results/figures/{dataset}/ratio_distribution.png",
+            caption="../report/ratio_distribution.rst",
+            category="RELICT",
+            subcategory="{dataset}",
+        ),
+    log:
+        "logs/figure_relict/{dataset}.log",
+    params:
+        measures=MEASURES,
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives(RATED_DATASETS),
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/figure_relict.py"
+
+
+rule ranking_report:
+    input:
+        "results/relict/{dataset}/ranking_{measure}.tsv",
+    output:
+        report(
+            "results/relict/{dataset}/ranking_{measure}.html",
+            caption="../report/ranking.rst",
+            category="RELICT",
+            subcategory="{dataset}",
+        ),
+    log:
+        "logs/ranking_report/{dataset}/{measure}.log",
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/ranking_report.py"
+
+
+rule figures_all:
+    input:
+        [f"results/figures/{d}/balanced_accuracy.png" for d in RATED_DATASETS],
+        [f"results/relict/{d}/ranking_{m}.html" for d in DATASETS for m in MEASURES],
+        [f"results/preprocessed/{d}/qc_montage.png" for d in DATASETS],

@@ -1,0 +1,108 @@
+# Preprocessing (RELICT 2.1): affine registration of every scan to the MNI template,
+# resampling onto the ROI grid, intensity window; per-scan QC and a montage.
+
+
+def grid_reference(wildcards):
+    """register: false takes the grid of the first training volume; else none is needed."""
+    if ds_cfg(wildcards)["preprocess"]["register"]:
+        return []
+    first = sorted(s.id for s in plan(wildcards).train)[0]
+    return raw_image(Wildcards(fromdict={"dataset": wildcards.dataset, "scan": first}))
+
+
+rule template:
+    input:
+        reference=grid_reference,
+    output:
+        grid=PRE + "/grid.json",
+        template=PRE + "/template.nii.gz",
+        template_roi=PRE + "/template_roi.nii.gz",
+    log:
+        "logs/template/{dataset}.log",
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+    threads: 1
+    resources:
+        mem_mb=3000,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/template.py"
+
+
+rule preprocess_scan:
+    input:
+        image=raw_image,
+        grid=PRE + "/grid.json",
+        template=PRE + "/template.nii.gz",
+        template_roi=PRE + "/template_roi.nii.gz",
+    output:
+        image=PRE + "/images/{scan}.nii.gz",
+        transform=PRE + "/transforms/{scan}.tfm",
+        qc=PRE + "/qc/{scan}.json",
+    log:
+        "logs/preprocess_scan/{dataset}/{scan}.log",
+    benchmark:
+        "benchmarks/preprocess_scan/{dataset}/{scan}.tsv"
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+    threads: 1
+    resources:
+        mem_mb=4000,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/preprocess_scan.py"
+
+
+rule preprocess_label:
+    input:
+        label=raw_label,
+        grid=PRE + "/grid.json",
+        transform=PRE + "/transforms/{scan}.tfm",
+    output:
+        label=PRE + "/labels/{scan}.nii.gz",
+    log:
+        "logs/preprocess_label/{dataset}/{scan}.log",
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/preprocess_label.py"
+
+
+rule preprocess_qc:
+    input:
+        qc=lambda wc: [f"results/preprocessed/{wc.dataset}/qc/{s.id}.json" for s in plan(wc).scans],
+        images=lambda wc: preprocessed_images(wc.dataset),
+        template_roi=PRE + "/template_roi.nii.gz",
+    output:
+        table=PRE + "/qc.tsv",
+        montage=report(
+            PRE + "/qc_montage.png",
+            caption="../report/qc_montage.rst",
+            category="Preprocessing",
+            subcategory="{dataset}",
+        ),
+    log:
+        "logs/preprocess_qc/{dataset}.log",
+    params:
+        ids=lambda wc: [s.id for s in plan(wc).scans],
+        min_correlation=lambda wc: ds_cfg(wc)["preprocess"]["registration"]["qc_min_correlation"],
+    threads: 1
+    resources:
+        mem_mb=3000,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/preprocess_qc.py"
+
+
+rule preprocess_all:
+    input:
+        [f"results/preprocessed/{d}/qc.tsv" for d in DATASETS],
+        [lab for d in DATASETS for lab in preprocessed_labels(d)],

@@ -1,0 +1,98 @@
+# The synthetic set to audit: the spiked set with a known truth (replicas = perturbed
+# training scans, non-replicas = held-out scans), or volumes from the user's generator.
+
+
+def spiked_row(wildcards):
+    for r in plan(wildcards).spiked:
+        if r["id"] == wildcards.syn:
+            return r
+    raise WorkflowError(f"dataset {wildcards.dataset}: no synthetic volume {wildcards.syn}")
+
+
+def spiked_source(wildcards):
+    return f"results/preprocessed/{wildcards.dataset}/images/{spiked_row(wildcards)['source_id']}.nii.gz"
+
+
+rule spike_volume:
+    input:
+        image=spiked_source,
+    output:
+        image=SYN + "/images/{syn}.nii.gz",
+    log:
+        "logs/spike_volume/{dataset}/{syn}.log",
+    params:
+        row=spiked_row,
+        perturbation=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["perturbation"],
+        seed=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["seed"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        dataset=_alternatives(SPIKED_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/spike_volume.py"
+
+
+rule import_synthetic:
+    input:
+        image=lambda wc: plan(wc).synthetic_volume(wc.syn).image,
+        grid=PRE + "/grid.json",
+    output:
+        image=SYN + "/images/{syn}.nii.gz",
+    log:
+        "logs/import_synthetic/{dataset}/{syn}.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        dataset=_alternatives(IMPORTED_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/import_synthetic.py"
+
+
+rule synthetic_table:
+    input:
+        images=lambda wc: synthetic_images(wc.dataset),
+    output:
+        table=SYN + "/synthetic.tsv",
+    log:
+        "logs/synthetic_table/{dataset}.log",
+    params:
+        spiked=lambda wc: plan(wc).spiked,
+        ids=lambda wc: [v.id for v in plan(wc).synthetic],
+        source=lambda wc: ds_cfg(wc)["synthetic"]["source"],
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/synthetic_table.py"
+
+
+rule reference_ratings:
+    output:
+        SYN + "/ratings_reference.tsv",
+    log:
+        "logs/reference_ratings/{dataset}.log",
+    params:
+        spiked=lambda wc: plan(wc).spiked,
+    threads: 1
+    resources:
+        mem_mb=500,
+    wildcard_constraints:
+        dataset=_alternatives(SPIKED_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/reference_ratings.py"
+
+
+rule synthetic_all:
+    input:
+        [f"results/synthetic/{d}/synthetic.tsv" for d in DATASETS],
+        [f"results/synthetic/{d}/ratings_reference.tsv" for d in SPIKED_DATASETS],

@@ -1,0 +1,75 @@
+"""Command line: ``python -m synthaudit {validate,where}``.
+
+Why: a user should be able to check a params file without starting Snakemake, and
+to find the results of a finished run without knowing the layout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import ParamsError, load_params
+
+
+def _validate(args) -> int:
+    try:
+        params = load_params(args.params)
+    except ParamsError as e:
+        print(e, file=sys.stderr)
+        return 2
+    from .sources import SourceError, plan_dataset
+
+    try:
+        for name, ds in params["datasets"].items():
+            p = plan_dataset(name, ds)
+            print(f"{name}: {len(p.train)} training, {len(p.heldout)} held-out, "
+                  f"{len(p.synthetic)} synthetic volumes")
+    except SourceError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"{args.params}: valid")
+    return 0
+
+
+def _where(args) -> int:
+    root = Path(args.root)
+    params = load_params(root / "params.yaml")
+    metrics = root / "results/metrics/relict.json"
+    print("\nsynthaudit results")
+    for d in params["datasets"]:
+        print(f"  [{d}]")
+        for m in params["relict"]["measures"]:
+            print(f"    ranking ({m}):   results/relict/{d}/ranking_{m}.tsv")
+        print(f"    figures:          results/figures/{d}/")
+        print(f"    registration QC:  results/preprocessed/{d}/qc.tsv, qc_montage.png")
+    print(f"  metrics:            {metrics.relative_to(root)}")
+    print("  report:             results/report.html")
+    if metrics.is_file():
+        data = json.loads(metrics.read_text())
+        for d, per in data.items():
+            for m, e in per.items():
+                if "balanced_accuracy" in e:
+                    print(f"    {d:>12} {m:>5}: balanced accuracy {_f(e['balanced_accuracy'])} at threshold "
+                          f"{_f(e['threshold'])} (sensitivity {_f(e['sensitivity'])}, specificity "
+                          f"{_f(e['specificity'])}, AUC {_f(e['auc'])})")
+    return 0
+
+
+def _f(v) -> str:
+    return "NA" if v is None else f"{v:.3f}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="synthaudit", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    v = sub.add_parser("validate", help="check params.yaml and the datasets it names")
+    v.add_argument("params", nargs="?", default="params.yaml")
+    v.set_defaults(func=_validate)
+    w = sub.add_parser("where", help="print where the results of a run are")
+    w.add_argument("--root", default=".")
+    w.set_defaults(func=_where)
+    args = ap.parse_args(argv)
+    return args.func(args)

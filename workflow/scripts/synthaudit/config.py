@@ -1,0 +1,131 @@
+"""Loading and validating ``params.yaml``.
+
+Why: a typo in a parameter file should stop the run before any work starts, with a
+message that names the key, what was given and what is allowed — not a KeyError
+twenty minutes into a registration job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jsonschema
+import yaml
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "params.schema.yaml"
+
+
+class ParamsError(ValueError):
+    """params.yaml does not satisfy the schema; the message lists every problem."""
+
+
+def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
+    with open(path) as fh:
+        return yaml.safe_load(fh)
+
+
+def _key_path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) for p in error.absolute_path]
+    return ".".join(parts) if parts else "(top level)"
+
+
+def _allowed_keys(schema: dict, root: dict) -> list[str]:
+    """Property names a (possibly $ref'd) object schema allows."""
+    while "$ref" in schema:
+        ref = schema["$ref"].split("/")[-1]
+        schema = root["$defs"][ref]
+    return sorted(schema.get("properties", {}))
+
+
+def _describe(error: jsonschema.ValidationError, root: dict) -> str:
+    where = _key_path(error)
+    validator = error.validator
+    if validator == "additionalProperties":
+        allowed = _allowed_keys(error.schema, root)
+        extra = sorted(set(error.instance) - set(allowed)) if isinstance(error.instance, dict) else []
+        return f"{where}: unknown key(s) {extra}; allowed keys: {allowed}"
+    if validator == "enum":
+        return f"{where}: {error.instance!r} is not allowed; allowed values: {error.validator_value}"
+    if validator == "required":
+        return f"{where}: {error.message}"
+    if validator == "type":
+        return f"{where}: {error.instance!r} should be of type {error.validator_value}"
+    if validator in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"):
+        return f"{where}: {error.instance!r} violates {validator} {error.validator_value}"
+    if validator in ("anyOf", "oneOf"):
+        subs = "; ".join(sorted({e.message for e in error.context})) if error.context else error.message
+        return f"{where}: {error.instance!r} does not match any allowed form ({subs})"
+    return f"{where}: {error.message}"
+
+
+def validate_params(params: dict, schema: dict | None = None, source: str = "params.yaml") -> dict:
+    """Validate ``params`` against the schema, plus cross-field rules the schema cannot say.
+
+    Returns the params unchanged on success; raises ParamsError listing all problems.
+    """
+    schema = schema or load_schema()
+    validator = jsonschema.Draft202012Validator(schema)
+    problems = []
+    for err in sorted(validator.iter_errors(params), key=lambda e: list(map(str, e.absolute_path))):
+        # `if/then` failures repeat the inner error; report the inner one only.
+        if err.validator in ("if", "allOf") and err.context:
+            problems.extend(_describe(e, schema) for e in err.context)
+        else:
+            problems.append(_describe(err, schema))
+    if not problems:
+        problems.extend(_cross_field_problems(params))
+    if problems:
+        lines = "\n  - ".join(dict.fromkeys(problems))
+        raise ParamsError(f"{source} is invalid:\n  - {lines}")
+    return params
+
+
+def _cross_field_problems(params: dict) -> list[str]:
+    out = []
+    for name, ds in params["datasets"].items():
+        demo = ds.get("demo")
+        if ds["source"] == "demo_ncct" and demo:
+            if demo["n_heldout_patients"] >= demo["n_patients"]:
+                out.append(
+                    f"datasets.{name}.demo.n_heldout_patients: {demo['n_heldout_patients']} must be "
+                    f"smaller than n_patients ({demo['n_patients']})"
+                )
+        pre = ds["preprocess"]
+        reg = pre["registration"]
+        if len(reg["shrink_factors"]) != len(reg["smoothing_sigmas_vox"]):
+            out.append(
+                f"datasets.{name}.preprocess.registration: shrink_factors and smoothing_sigmas_vox "
+                f"need one entry per level (got {len(reg['shrink_factors'])} and "
+                f"{len(reg['smoothing_sigmas_vox'])})"
+            )
+        win = pre["intensity"]["window"]
+        if win is not None and not win[0] < win[1]:
+            out.append(f"datasets.{name}.preprocess.intensity.window: lower {win[0]} must be < upper {win[1]}")
+        if win is None and pre["intensity"]["rescale"]:
+            out.append(f"datasets.{name}.preprocess.intensity.rescale: true needs a window to rescale")
+        for key in ("radius_mm", "hu", "followup_growth"):
+            if demo and demo["lesion"][key][0] > demo["lesion"][key][1]:
+                out.append(f"datasets.{name}.demo.lesion.{key}: lower bound above upper bound")
+        if ds["source"] in ("manifest", "nnunet") and ds["synthetic"]["source"] == "spiked":
+            if ds["source"] == "nnunet":
+                out.append(
+                    f"datasets.{name}.synthetic.source: 'spiked' needs held-out scans, which an nnU-Net "
+                    "dataset does not declare; use a manifest with role 'heldout', or synthetic.source "
+                    "folder/manifest"
+                )
+    return out
+
+
+def load_params(path: str | Path = "params.yaml") -> dict:
+    """Read and validate a params file; errors name the file and the key."""
+    path = Path(path)
+    try:
+        with open(path) as fh:
+            params = yaml.safe_load(fh)
+    except FileNotFoundError as e:
+        raise ParamsError(f"{path}: file not found") from e
+    except yaml.YAMLError as e:
+        raise ParamsError(f"{path}: not valid YAML ({e})") from e
+    if not isinstance(params, dict):
+        raise ParamsError(f"{path}: expected a mapping at the top level")
+    return validate_params(params, source=str(path))

@@ -1,0 +1,72 @@
+"""Figures of the RELICT paper, drawn from the pipeline's own tables.
+
+Why here and not in notebooks: every number a figure shows must come from the
+workflow's outputs, so figures are rules with those outputs as inputs.
+"""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from .io import atomic_path  # noqa: E402
+
+LIKERT_COLOURS = {1: "#1a9850", 2: "#91cf60", 3: "#fc8d59", 4: "#d73027"}
+MEASURE_LABELS = {"mae": "MAE", "rmse": "RMSE", "ssim": "SSIM"}
+
+
+def _save(fig, path) -> None:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[str, dict], title: str) -> None:
+    """Balanced accuracy against the ratio threshold, one panel per measure (RELICT Figure 5)."""
+    n = len(sweeps)
+    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False, sharey=True)
+    for ax, (measure, rows) in zip(axes[0], sweeps.items()):
+        t = np.array([r["threshold"] for r in rows], float)
+        ba = np.array([r["balanced_accuracy"] for r in rows], float)
+        ax.plot(t, ba, color="#2166ac", lw=1.8)
+        opt = optima[measure]
+        if opt["threshold"] is not None and np.isfinite(opt["balanced_accuracy"]):
+            ax.axvline(opt["threshold"], color="#b2182b", ls="--", lw=1)
+            ax.annotate(f"T={opt['threshold']:.2f}\nBA={opt['balanced_accuracy']:.2f}",
+                        (opt["threshold"], opt["balanced_accuracy"]), textcoords="offset points",
+                        xytext=(6, -28), fontsize=8, color="#b2182b")
+        ax.set_title(MEASURE_LABELS.get(measure, measure))
+        ax.set_xlabel("distance-ratio threshold")
+        ax.set_ylim(0.0, 1.05)
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("balanced accuracy")
+    fig.suptitle(title)
+    _save(fig, path)
+
+
+def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optima: dict[str, dict],
+                              title: str) -> None:
+    """Distance ratios of all synthetic volumes per measure, coloured by the rating (consensus)."""
+    fig, ax = plt.subplots(figsize=(1.9 * len(measures) + 2.5, 4.0))
+    rng = np.random.default_rng(0)  # fixed jitter: the same figure on every run
+    for i, m in enumerate(measures):
+        for r in rows:
+            score = r.get("rating")
+            colour = "#999999" if score is None else LIKERT_COLOURS[int(round(float(score)))]
+            ax.scatter(i + rng.uniform(-0.18, 0.18), float(r[f"{m}_ratio"]), s=22, color=colour,
+                       edgecolor="black", linewidth=0.3, zorder=3)
+        opt = optima.get(m)
+        if opt and opt["threshold"] is not None:
+            ax.hlines(opt["threshold"], i - 0.3, i + 0.3, color="#b2182b", ls="--", lw=1, zorder=4)
+    ax.set_xticks(range(len(measures)), [MEASURE_LABELS.get(m, m) for m in measures])
+    ax.set_ylabel("distance ratio (closest / mean of n closest)")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, markeredgecolor="black", label=f"Likert {k}")
+               for k, c in LIKERT_COLOURS.items()]
+    handles.append(plt.Line2D([], [], color="#b2182b", ls="--", label="optimal threshold"))
+    ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_title(title)
+    _save(fig, path)

@@ -1,0 +1,154 @@
+"""Reading and writing volumes and tables, with the checks every stage relies on.
+
+Why one module: every stage must refuse unreadable volumes and NaNs with a message
+that names the file, and every output must be written atomically (a crash never
+leaves a half-written file that a later run would mistake for a result).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import nibabel as nib
+import numpy as np
+
+
+class VolumeError(ValueError):
+    """A volume that cannot be used; the message names the file."""
+
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
+    """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
+
+    The temporary file keeps the final suffix(es) so that writers that pick a format
+    from the extension (nibabel, matplotlib) behave as for the final name.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if suffix is None:
+        suffix = "".join(path.suffixes) or ".tmp"
+    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=suffix, dir=path.parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        os.replace(tmp_path, path)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def write_text(path: str | os.PathLike, text: str) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    """Write JSON atomically; NaN and infinities become null (strict JSON, readable by DVC)."""
+    write_text(path, json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False) + "\n")
+
+
+def _finite(obj):
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_finite(v) for v in obj]
+    if isinstance(obj, (float, np.floating)):
+        return float(obj) if np.isfinite(obj) else None
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
+
+
+def _json_default(o):
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_tsv(path: str | os.PathLike, rows: list[dict], columns: list[str] | None = None) -> None:
+    """Write rows (dicts) as a tab-separated table; floats with full precision."""
+    if columns is None:
+        columns = list(rows[0].keys()) if rows else []
+    lines = ["\t".join(columns)]
+    for row in rows:
+        lines.append("\t".join(_fmt(row.get(c, "")) for c in columns))
+    write_text(path, "\n".join(lines) + "\n")
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "NA"
+    if isinstance(v, (float, np.floating)):
+        if np.isnan(v):
+            return "NA"
+        return f"{float(v):.10g}"
+    return str(v)
+
+
+def read_tsv(path: str | os.PathLike) -> list[dict]:
+    """Read a tab-separated table with a header into a list of dicts (strings)."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as e:
+        raise FileNotFoundError(f"{path}: cannot read table ({e.strerror})") from e
+    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    if not lines:
+        return []
+    header = lines[0].split("\t")
+    rows = []
+    for i, ln in enumerate(lines[1:], start=2):
+        cells = ln.split("\t")
+        if len(cells) != len(header):
+            raise ValueError(f"{path}: line {i} has {len(cells)} columns, the header has {len(header)}")
+        rows.append(dict(zip(header, cells)))
+    return rows
+
+
+def load_volume(path: str | os.PathLike, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """Load a 3D NIfTI volume as ``(data, affine)``; refuse unreadable files and NaN/inf.
+
+    A trailing singleton 4th dimension is dropped (some writers add one).
+    """
+    path = Path(path)
+    try:
+        img = nib.load(str(path))
+        data = np.asarray(img.dataobj, dtype=dtype)
+    except FileNotFoundError as e:
+        raise VolumeError(f"{path}: file not found") from e
+    except Exception as e:  # nibabel raises many types for corrupt files
+        raise VolumeError(f"{path}: unreadable volume ({type(e).__name__}: {e})") from e
+    if data.ndim == 4 and data.shape[3] == 1:
+        data = data[..., 0]
+    if data.ndim != 3:
+        raise VolumeError(f"{path}: expected a 3D volume, got shape {data.shape}")
+    if not np.all(np.isfinite(data)):
+        n_bad = int(np.size(data) - np.count_nonzero(np.isfinite(data)))
+        raise VolumeError(f"{path}: contains {n_bad} NaN or infinite voxel(s)")
+    return data, img.affine.copy()
+
+
+def save_volume(path: str | os.PathLike, data: np.ndarray, affine: np.ndarray, dtype=None) -> None:
+    """Write a NIfTI volume atomically, keeping the affine (qform and sform)."""
+    arr = np.asarray(data if dtype is None else data.astype(dtype))
+    img = nib.Nifti1Image(arr, affine)
+    img.set_qform(affine, code=1)
+    img.set_sform(affine, code=1)
+    with atomic_path(path) as tmp:
+        nib.save(img, str(tmp))
+
+
+def spacing_from_affine(affine: np.ndarray) -> np.ndarray:
+    """Voxel spacing in mm: the column norms of the affine's linear part."""
+    return np.sqrt((np.asarray(affine)[:3, :3] ** 2).sum(axis=0))

@@ -1,0 +1,49 @@
+"""From per-measure rankings and a rating to the numbers a reader of RELICT wants.
+
+Why separate from evaluate.py: this is the glue between tables on disk (rankings,
+ratings) and the pure statistics, kept out of the rule scripts so it is testable.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..io import read_tsv
+from .evaluate import evaluate_measure
+
+RANKING_COLUMNS = ["synthetic_id", "closest_training_id", "distance", "mean_n_closest", "ratio", "n_used",
+                   "rank"]
+
+
+def read_ranking(path) -> list[dict]:
+    rows = read_tsv(path)
+    for r in rows:
+        for k in ("distance", "mean_n_closest", "ratio"):
+            r[k] = float(r[k])
+        r["rank"], r["n_used"] = int(r["rank"]), int(r["n_used"])
+    return rows
+
+
+def evaluate_dataset(rankings: dict[str, list[dict]], consensus: dict[str, dict], step: float):
+    """Evaluate every measure's ratio against the consensus rating.
+
+    Synthetic volumes without a rating are left out of the evaluation (and counted).
+    Returns ``(summary, sweeps, joined_rows)``.
+    """
+    summary, sweeps, joined = {}, {}, {}
+    for measure, rows in rankings.items():
+        rated = [r for r in rows if r["synthetic_id"] in consensus]
+        ratios = np.array([r["ratio"] for r in rated], float)
+        truth = np.array([consensus[r["synthetic_id"]]["replica"] for r in rated], bool)
+        result = evaluate_measure(ratios, truth, step)
+        sweeps[measure] = result.pop("sweep")
+        result["n_unrated"] = len(rows) - len(rated)
+        summary[measure] = result
+        for r in rows:
+            row = joined.setdefault(r["synthetic_id"], {"synthetic_id": r["synthetic_id"]})
+            c = consensus.get(r["synthetic_id"])
+            row["rating"] = None if c is None else c["score"]
+            row["replica"] = None if c is None else int(c["replica"])
+            row[f"{measure}_ratio"] = r["ratio"]
+            row[f"{measure}_closest"] = r["closest_training_id"]
+    return summary, sweeps, list(joined.values())

@@ -1,0 +1,1 @@
+"""Synthetic sets: the spiked set with known truth, and imported generator samples."""
