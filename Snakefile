@@ -33,6 +33,7 @@ include: "workflow/rules/figures.smk"
 rule all:
     default_target: True
     input:
+        rules.cohort_all.input,
         rules.preprocess_all.input,
         rules.synthetic_all.input,
         rules.relict_all.input,

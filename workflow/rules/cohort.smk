@@ -1,5 +1,6 @@
 # The embedded demo cohort: simulated NCCT-like patients (baseline + follow-up) from
-# nilearn's MNI152 tissue maps, written as raw scans in their own scanner space.
+# nilearn's MNI152 tissue maps, written as raw scans in their own scanner space;
+# and a resolved manifest for every dataset.
 
 
 rule demo_patient:
@@ -27,29 +28,34 @@ rule demo_patient:
         "../scripts/demo_patient.py"
 
 
-rule demo_manifest:
+def manifest_rows(wildcards):
+    rows = []
+    for s in plan(wildcards).scans:
+        demo = s.image is None
+        rows.append({"id": s.id, "patient_id": s.patient_id, "role": s.role, "session": s.session,
+                     "image": f"images/{s.id}.nii.gz" if demo else s.image,
+                     "label": f"labels/{s.id}.nii.gz" if demo else s.label})
+    return rows
+
+
+rule dataset_manifest:
+    input:
+        lambda wc: [raw_image_path(wc.dataset, s.id) for s in plan(wc).scans],
     output:
         "results/cohort/{dataset}/manifest.tsv",
     log:
-        "logs/demo_manifest/{dataset}.log",
+        "logs/dataset_manifest/{dataset}.log",
     params:
-        demo=lambda wc: config["datasets"][wc.dataset]["demo"],
+        rows=manifest_rows,
     threads: 1
     resources:
         mem_mb=500,
-    wildcard_constraints:
-        dataset=_alternatives(DEMO_DATASETS),
     conda:
         "../../envs/imaging.yaml"
     script:
-        "../scripts/demo_manifest.py"
+        "../scripts/dataset_manifest.py"
 
 
 rule cohort_all:
     input:
-        [f"results/cohort/{d}/manifest.tsv" for d in DEMO_DATASETS],
-        [
-            f"results/cohort/{d}/images/{s.id}.nii.gz"
-            for d in DEMO_DATASETS
-            for s in PLANS[d].scans
-        ],
+        [f"results/cohort/{d}/manifest.tsv" for d in DATASETS],

@@ -46,12 +46,16 @@ PRE = "results/preprocessed/{dataset}"
 SYN = "results/synthetic/{dataset}"
 
 
-def raw_image(wildcards):
+def raw_image_path(dataset, scan_id):
     """The raw image of a real scan: the user's file, or the demo cohort's output."""
-    scan = plan(wildcards).scan(wildcards.scan)
+    scan = PLANS[dataset].scan(scan_id)
     if scan.image is not None:
         return scan.image
-    return f"results/cohort/{wildcards.dataset}/images/{wildcards.scan}.nii.gz"
+    return f"results/cohort/{dataset}/images/{scan_id}.nii.gz"
+
+
+def raw_image(wildcards):
+    return raw_image_path(wildcards.dataset, wildcards.scan)
 
 
 def raw_label(wildcards):

@@ -39,7 +39,7 @@ rule ranking_report:
         "results/relict/{dataset}/ranking_{measure}.tsv",
     output:
         report(
-            "results/relict/{dataset}/ranking_{measure}.html",
+            "results/figures/{dataset}/ranking_{measure}.html",
             caption="../report/ranking.rst",
             category="RELICT",
             subcategory="{dataset}",
@@ -58,5 +58,5 @@ rule ranking_report:
 rule figures_all:
     input:
         [f"results/figures/{d}/balanced_accuracy.png" for d in RATED_DATASETS],
-        [f"results/relict/{d}/ranking_{m}.html" for d in DATASETS for m in MEASURES],
+        [f"results/figures/{d}/ranking_{m}.html" for d in DATASETS for m in MEASURES],
         [f"results/preprocessed/{d}/qc_montage.png" for d in DATASETS],

@@ -7,7 +7,7 @@ def grid_reference(wildcards):
     if ds_cfg(wildcards)["preprocess"]["register"]:
         return []
     first = sorted(s.id for s in plan(wildcards).train)[0]
-    return raw_image(Wildcards(fromdict={"dataset": wildcards.dataset, "scan": first}))
+    return raw_image_path(wildcards.dataset, first)
 
 
 rule template:

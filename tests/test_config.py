@@ -1,0 +1,94 @@
+"""params.yaml validation: the shipped file is valid, bad files are refused with useful messages."""
+
+import copy
+
+import pytest
+import yaml
+
+from synthaudit.config import ParamsError, load_params, validate_params
+
+
+@pytest.fixture
+def params(root):
+    return load_params(root / "params.yaml")
+
+
+def test_shipped_params_are_valid(params):
+    assert "ncct_demo" in params["datasets"]
+    assert params["relict"]["n_closest"] >= 1
+
+
+def _error(params) -> str:
+    with pytest.raises(ParamsError) as exc:
+        validate_params(params)
+    return str(exc.value)
+
+
+def test_bad_enum_names_key_and_allowed_values(params):
+    p = copy.deepcopy(params)
+    p["relict"]["measures"] = ["mae", "psnr"]
+    msg = _error(p)
+    assert "relict.measures.1" in msg and "'psnr'" in msg and "['mae', 'rmse', 'ssim']" in msg
+
+
+def test_unknown_key_lists_allowed_keys(params):
+    p = copy.deepcopy(params)
+    p["relict"]["n_closets"] = 5
+    msg = _error(p)
+    assert "n_closets" in msg and "n_closest" in msg and "allowed keys" in msg
+
+
+def test_wrong_type_and_range(params):
+    p = copy.deepcopy(params)
+    p["relict"]["n_closest"] = 0
+    p["datasets"]["ncct_demo"]["preprocess"]["spacing_mm"] = "two"
+    msg = _error(p)
+    assert "relict.n_closest" in msg and "datasets.ncct_demo.preprocess.spacing_mm" in msg
+
+
+def test_source_specific_required_key(params):
+    p = copy.deepcopy(params)
+    ds = p["datasets"]["ncct_demo"]
+    ds["source"] = "manifest"
+    msg = _error(p)
+    assert "manifest" in msg and "required" in msg
+
+
+def test_cross_field_rules(params):
+    p = copy.deepcopy(params)
+    demo = p["datasets"]["ncct_demo"]["demo"]
+    demo["n_heldout_patients"] = demo["n_patients"]
+    p["datasets"]["ncct_demo"]["preprocess"]["registration"]["shrink_factors"] = [4, 2, 1]
+    msg = _error(p)
+    assert "n_heldout_patients" in msg and "shrink_factors" in msg
+
+
+def test_unreadable_params_file(tmp_path):
+    bad = tmp_path / "params.yaml"
+    bad.write_text("datasets: [unclosed\n")
+    with pytest.raises(ParamsError, match="not valid YAML"):
+        load_params(bad)
+    with pytest.raises(ParamsError, match="file not found"):
+        load_params(tmp_path / "missing.yaml")
+
+
+def test_every_params_key_has_a_comment(root):
+    """Scientific parameters are documented where they are set (params.yaml comments)."""
+    lines = (root / "params.yaml").read_text().splitlines()
+    undocumented = []
+    for i, line in enumerate(lines):
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#") or stripped.startswith("- "):
+            continue
+        if "#" in line:
+            continue
+        # a key without a comment is fine only if a comment block sits right above it,
+        # or it is a section whose children are documented
+        prev = lines[i - 1].strip() if i else ""
+        nxt = lines[i + 1] if i + 1 < len(lines) else ""
+        indent = len(line) - len(line.lstrip())
+        is_section = stripped.endswith(":") and (len(nxt) - len(nxt.lstrip())) > indent
+        if not (prev.startswith("#") or is_section):
+            undocumented.append(stripped)
+    assert not undocumented, f"params.yaml keys without a comment: {undocumented}"
+    assert yaml.safe_load((root / "params.yaml").read_text())

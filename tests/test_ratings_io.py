@@ -1,0 +1,64 @@
+"""Ratings tables and the I/O guarantees (clear errors, atomic writes, strict JSON)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from synthaudit.io import VolumeError, atomic_path, load_volume, write_json
+from synthaudit.ratings import RatingsError, consensus, read_ratings
+
+
+def _ratings(tmp_path, body):
+    p = tmp_path / "r.tsv"
+    p.write_text("synthetic_id\trater\tscore\n" + body)
+    return p
+
+
+def test_read_ratings_and_consensus(tmp_path):
+    p = _ratings(tmp_path, "s1\tA\t4\ns1\tB\t3\ns2\tA\t2\ns2\tB\t3\ns3\tA\t1\n")
+    scores = read_ratings(p, ["s1", "s2", "s3"])
+    assert scores == {"s1": [4, 3], "s2": [2, 3], "s3": [1]}
+    c = consensus(scores, 3)
+    assert c["s1"]["replica"] and c["s1"]["score"] == 3.5 and not c["s1"]["disagree"]
+    assert not c["s2"]["replica"] and c["s2"]["disagree"]
+    assert not c["s3"]["replica"]
+
+
+@pytest.mark.parametrize("body, message", [
+    ("zz\tA\t3\n", "r.tsv:2: unknown synthetic id 'zz'"),
+    ("s1\tA\t5\n", "r.tsv:2: score 5 is outside the Likert scale 1-4"),
+    ("s1\tA\tyes\n", "r.tsv:2: score 'yes' is not an integer"),
+    ("s1\tA\t3\ns1\tA\t4\n", "r.tsv:3: rater 'A' rated 's1' twice"),
+])
+def test_bad_ratings_are_refused(tmp_path, body, message):
+    with pytest.raises(RatingsError, match=message):
+        read_ratings(_ratings(tmp_path, body), ["s1"])
+
+
+def test_load_volume_refuses_nan_and_garbage(tmp_path, nifti):
+    data = np.zeros((3, 3, 3), np.float32)
+    data[1, 1, 1] = np.nan
+    p = nifti("nan.nii.gz", data)
+    with pytest.raises(VolumeError, match=r"nan.nii.gz: contains 1 NaN"):
+        load_volume(p)
+    junk = tmp_path / "junk.nii.gz"
+    junk.write_bytes(b"not a nifti file")
+    with pytest.raises(VolumeError, match="junk.nii.gz: unreadable volume"):
+        load_volume(junk)
+    with pytest.raises(VolumeError, match="file not found"):
+        load_volume(tmp_path / "nothing.nii.gz")
+
+
+def test_atomic_write_leaves_nothing_on_failure(tmp_path):
+    target = tmp_path / "out.json"
+    with pytest.raises(RuntimeError):
+        with atomic_path(target) as tmp:
+            tmp.write_text("partial")
+            raise RuntimeError("crash mid-write")
+    assert not target.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_json_is_strict(tmp_path):
+    write_json(tmp_path / "m.json", {"auc": float("nan"), "n": np.int64(3), "x": np.float32(0.5)})
+    assert json.loads((tmp_path / "m.json").read_text()) == {"auc": None, "n": 3, "x": 0.5}

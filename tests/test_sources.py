@@ -1,0 +1,110 @@
+"""Dataset sources: manifests, nnU-Net raw layout, synthetic folders, and the spiked-set plan."""
+
+import numpy as np
+import pytest
+
+from synthaudit.sources import (SourceError, plan_dataset, read_manifest, read_nnunet,
+                                read_synthetic_folder, read_synthetic_manifest, spiked_plan)
+
+
+@pytest.fixture
+def vol():
+    return np.zeros((4, 4, 4), np.float32)
+
+
+def test_manifest_relative_paths_roles_and_patients(tmp_path, nifti, vol):
+    (tmp_path / "img").mkdir()
+    for i in range(3):
+        nifti(f"img/s{i}.nii.gz", vol)
+    nifti("img/s0_seg.nii.gz", vol)
+    (tmp_path / "m.tsv").write_text(
+        "id\timage\tlabel\tpatient_id\trole\n"
+        "s0\timg/s0.nii.gz\timg/s0_seg.nii.gz\tpA\ttrain\n"
+        "s1\timg/s1.nii.gz\t\tpA\ttrain\n"
+        "s2\timg/s2.nii.gz\tNA\t\theldout\n"
+    )
+    scans = read_manifest(tmp_path / "m.tsv")
+    assert [s.id for s in scans] == ["s0", "s1", "s2"]
+    assert scans[0].image == str(tmp_path / "img/s0.nii.gz") and scans[0].label.endswith("s0_seg.nii.gz")
+    assert scans[1].label is None and scans[1].patient_id == "pA"
+    assert scans[2].role == "heldout" and scans[2].patient_id == "s2"
+
+
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ("s0\tmissing.nii.gz\ttrain", "m.tsv:2: image .*missing.nii.gz not found"),
+        ("s0\tv.nii.gz\ttest", "m.tsv:2: role 'test'"),
+        ("s/0\tv.nii.gz\ttrain", "m.tsv:2: id 's/0'"),
+    ],
+)
+def test_manifest_errors_name_file_and_line(tmp_path, nifti, vol, row, message):
+    nifti("v.nii.gz", vol)
+    (tmp_path / "m.tsv").write_text("id\timage\trole\n" + row + "\n")
+    with pytest.raises(SourceError, match=message):
+        read_manifest(tmp_path / "m.tsv")
+
+
+def test_manifest_duplicate_ids(tmp_path, nifti, vol):
+    nifti("v.nii.gz", vol)
+    (tmp_path / "m.tsv").write_text("id\timage\na\tv.nii.gz\na\tv.nii.gz\n")
+    with pytest.raises(SourceError, match="duplicate id"):
+        read_manifest(tmp_path / "m.tsv")
+
+
+def test_nnunet_layout(tmp_path, nifti, vol):
+    for case in ("case_001", "case_002"):
+        nifti(f"Dataset001_X/imagesTr/{case}_0000.nii.gz", vol)
+        nifti(f"Dataset001_X/imagesTr/{case}_0001.nii.gz", vol)  # second channel: ignored
+    nifti("Dataset001_X/labelsTr/case_001.nii.gz", vol)
+    nifti("Dataset001_X/imagesTs/case_101_0000.nii.gz", vol)
+    scans = read_nnunet(tmp_path / "Dataset001_X")
+    assert [(s.id, s.role) for s in scans] == [("case_001", "train"), ("case_002", "train"),
+                                               ("case_101", "heldout")]
+    assert scans[0].label.endswith("labelsTr/case_001.nii.gz") and scans[1].label is None
+    with pytest.raises(SourceError, match="no imagesTr"):
+        read_nnunet(tmp_path)
+
+
+def test_synthetic_folder_and_manifest(tmp_path, nifti, vol):
+    nifti("syn/a.nii.gz", vol)
+    nifti("syn/b.nii", vol)
+    (tmp_path / "syn" / "notes.txt").write_text("not a volume")
+    assert [v.id for v in read_synthetic_folder(tmp_path / "syn")] == ["a", "b"]
+    with pytest.raises(SourceError, match="no NIfTI files"):
+        (tmp_path / "empty").mkdir()
+        read_synthetic_folder(tmp_path / "empty")
+    (tmp_path / "all.tsv").write_text("id\timage\trole\nr1\tsyn/a.nii.gz\ttrain\nq1\tsyn/b.nii\tsynthetic\n")
+    assert [v.id for v in read_synthetic_manifest(tmp_path / "all.tsv")] == ["q1"]
+
+
+SPIKED = {"n_replicas": 4, "n_nonreplicas": 2, "seed": 3,
+          "levels": [{"strength": 0.5, "likert": 4}, {"strength": 5.0, "likert": 2}]}
+
+
+def test_spiked_plan_is_deterministic_and_complete():
+    train = [f"t{i}" for i in range(6)]
+    held = ["h0", "h1", "h2"]
+    a, b = spiked_plan(SPIKED, train, held), spiked_plan(SPIKED, train, held)
+    assert a == b
+    assert [r["id"] for r in a] == [f"syn{i:03d}" for i in range(6)]
+    reps = [r for r in a if r["kind"] == "replica"]
+    assert len(reps) == 4 and len({r["source_id"] for r in reps}) == 4
+    assert sorted(r["likert"] for r in reps) == [2, 2, 4, 4]
+    assert all(r["source_id"] in held and r["likert"] == 1 for r in a if r["kind"] == "heldout")
+
+
+def test_spiked_plan_refuses_too_many():
+    with pytest.raises(SourceError, match="n_nonreplicas=2 exceeds the 1 held-out"):
+        spiked_plan(SPIKED, ["t0", "t1", "t2", "t3"], ["h0"])
+    with pytest.raises(SourceError, match="n_replicas=4 exceeds"):
+        spiked_plan(SPIKED, ["t0"], ["h0", "h1"])
+
+
+def test_plan_dataset_with_injected_demo_table():
+    table = lambda cfg: [{"id": f"p{i}_bl", "patient_id": f"p{i}", "session": "baseline",
+                          "role": "heldout" if i < 2 else "train"} for i in range(6)]
+    ds = {"source": "demo_ncct", "demo": {}, "synthetic": {"source": "spiked", "spiked": SPIKED}}
+    p = plan_dataset("d", ds, demo_table=table)
+    assert len(p.train) == 4 and len(p.heldout) == 2 and len(p.synthetic) == 6
+    assert p.scan("p3_bl").role == "train"

@@ -1,0 +1,183 @@
+"""End to end: the workflow on the embedded demo (tiny), on user data laid out as users have it,
+and its refusals of bad input. These run Snakemake as a user would."""
+
+import json
+
+import nibabel as nib
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from synthaudit.io import read_tsv, save_volume
+from workflow_helpers import snakemake, tiny_params, write_params
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("demo")
+    write_params(wd, tiny_params())
+    snakemake(wd)
+    return wd
+
+
+def test_demo_metrics_have_every_measure(demo):
+    metrics = json.loads((demo / "results/metrics/relict.json").read_text())
+    for measure in ("mae", "rmse", "ssim"):
+        e = metrics["ncct_demo"][measure]
+        assert set(e) >= {"threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic"}
+        assert e["n_synthetic"] == 9 and e["n_replicas"] == 4  # 5 replicas, one rated 2 (strong perturbation)
+        assert e["balanced_accuracy"] >= 0.75, (measure, e)
+
+
+def test_demo_ranking_finds_the_source_of_mild_replicas(demo):
+    truth = {r["id"]: r for r in read_tsv(demo / "results/synthetic/ncct_demo/synthetic.tsv")}
+    for measure in ("mae", "rmse", "ssim"):
+        rows = read_tsv(demo / f"results/relict/ncct_demo/ranking_{measure}.tsv")
+        assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
+        for r in rows:
+            t = truth[r["synthetic_id"]]
+            if t["kind"] == "replica" and float(t["strength"]) <= 1.0:
+                assert r["closest_training_id"] == t["source_id"], (measure, r, t)
+        # the most likely replica is a real (mild) replica
+        assert truth[rows[0]["synthetic_id"]]["kind"] == "replica"
+
+
+def test_demo_registration_qc_and_outputs(demo):
+    qc = read_tsv(demo / "results/preprocessed/ncct_demo/qc.tsv")
+    assert len(qc) == 14
+    assert all(float(r["correlation_to_template"]) > 0.7 for r in qc), qc
+    for f in ("results/preprocessed/ncct_demo/qc_montage.png", "results/figures/ncct_demo/balanced_accuracy.png",
+              "results/figures/ncct_demo/ratio_distribution.png", "results/plots/relict_sweep/ncct_demo__ssim.tsv",
+              "results/cohort/ncct_demo/manifest.tsv"):
+        assert (demo / f).stat().st_size > 0, f
+    grid = json.loads((demo / "results/preprocessed/ncct_demo/grid.json").read_text())
+    img = nib.load(demo / "results/preprocessed/ncct_demo/images/p000_bl.nii.gz")
+    assert list(img.shape) == grid["shape"] == [44, 52, 44]
+    assert np.allclose(img.affine, grid["affine"])
+
+
+def test_demo_rerun_does_nothing_and_report_builds(demo):
+    proc = snakemake(demo, extra=["-n"])
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    snakemake(demo, extra=["--report", str(demo / "report.html")])
+    assert (demo / "report.html").stat().st_size > 10_000
+
+
+# ---- user data -------------------------------------------------------------
+
+SHAPE = (20, 24, 18)
+AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
+
+
+def _anatomy(rng):
+    return ndimage.gaussian_filter(rng.random(SHAPE), 2.0).astype(np.float32) * 4
+
+
+def _user_dataset(tmp_path, layout):
+    """Six training scans of three patients, two held-out scans, already registered;
+    synthetic: two near-copies of training scans and two new volumes."""
+    rng = np.random.default_rng(0)
+    data = tmp_path / "mydata"
+    vols = {}
+    for p in range(4):
+        base = _anatomy(rng)
+        for s in range(2):
+            vols[f"pat{p}_s{s}"] = base + 0.05 * rng.standard_normal(SHAPE).astype(np.float32)
+    train = [k for k in vols if not k.startswith("pat3")]
+    rows = []
+    for k, v in vols.items():
+        role = "train" if k in train else "heldout"
+        if layout == "nnunet":
+            folder = "imagesTr" if role == "train" else "imagesTs"
+            save_volume(data / folder / f"{k}_0000.nii.gz", v, AFFINE)
+            save_volume(data / folder.replace("images", "labels") / f"{k}.nii.gz", (v > v.mean()).astype(np.uint8), AFFINE)
+        else:
+            save_volume(data / "images" / f"{k}.nii.gz", v, AFFINE)
+            rows.append(f"{k}\timages/{k}.nii.gz\t{k.split('_')[0]}\t{role}")
+    if layout == "manifest":
+        (data / "manifest.tsv").write_text("id\timage\tpatient_id\trole\n" + "\n".join(rows) + "\n")
+    syn = tmp_path / "generated"
+    save_volume(syn / "gen_a.nii.gz", vols["pat0_s1"] + 0.01 * rng.standard_normal(SHAPE).astype(np.float32), AFFINE)
+    save_volume(syn / "gen_b.nii.gz", vols["pat2_s0"] + 0.01 * rng.standard_normal(SHAPE).astype(np.float32), AFFINE)
+    save_volume(syn / "gen_c.nii.gz", _anatomy(rng), AFFINE)
+    save_volume(syn / "gen_d.nii.gz", _anatomy(rng), AFFINE)
+    (tmp_path / "ratings.tsv").write_text(
+        "synthetic_id\trater\tscore\n" + "".join(f"gen_{x}\tR1\t{s}\n" for x, s in zip("abcd", (4, 4, 1, 2))))
+
+    p = tiny_params()
+    ds = p["datasets"].pop("ncct_demo")
+    ds.pop("demo")
+    if layout == "nnunet":
+        ds["source"], ds["nnunet_dir"] = "nnunet", str(data)
+    else:
+        ds["source"], ds["manifest"] = "manifest", str(data / "manifest.tsv")
+    ds["preprocess"]["register"] = False
+    ds["preprocess"]["intensity"] = {"window": None, "rescale": False}
+    ds["synthetic"] = {"source": "folder", "folder": str(syn)}
+    ds["ratings"] = str(tmp_path / "ratings.tsv")
+    p["datasets"] = {"mydata": ds}
+    p["relict"]["n_closest"] = 3
+    wd = tmp_path / "run"
+    write_params(wd, p)
+    return wd, syn
+
+
+@pytest.mark.parametrize("layout", ["manifest", "nnunet"])
+def test_user_folder_of_registered_nifti(tmp_path, layout):
+    wd, _ = _user_dataset(tmp_path, layout)
+    snakemake(wd, "relict_all")
+    for measure in ("mae", "rmse", "ssim"):
+        rows = {r["synthetic_id"]: r for r in read_tsv(wd / f"results/relict/mydata/ranking_{measure}.tsv")}
+        assert rows["gen_a"]["closest_training_id"] == "pat0_s1"
+        assert rows["gen_b"]["closest_training_id"] == "pat2_s0"
+        assert {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"1", "2"}
+    metrics = json.loads((wd / "results/metrics/relict.json").read_text())
+    assert metrics["mydata"]["rmse"]["balanced_accuracy"] == 1.0
+    assert metrics["mydata"]["rmse"]["n_closest_used"] == 3
+
+
+def test_bad_synthetic_volumes_stop_the_run_naming_the_file(tmp_path):
+    wd, syn = _user_dataset(tmp_path, "manifest")
+    bad = np.zeros(SHAPE, np.float32)
+    bad[3, 3, 3] = np.nan
+    save_volume(syn / "gen_nan.nii.gz", bad, AFFINE)
+    proc = snakemake(wd, "relict_all", check=False)
+    assert proc.returncode != 0
+    assert "gen_nan.nii.gz: contains 1 NaN" in proc.stdout + proc.stderr
+    (syn / "gen_nan.nii.gz").unlink()
+    save_volume(syn / "gen_small.nii.gz", np.zeros((10, 10, 10), np.float32), AFFINE)
+    proc = snakemake(wd, "relict_all", check=False)
+    assert proc.returncode != 0
+    assert "gen_small.nii.gz: synthetic volume has shape [10, 10, 10]" in proc.stdout + proc.stderr
+
+
+def test_invalid_params_are_refused_before_any_job(tmp_path):
+    p = tiny_params()
+    p["relict"]["measures"] = ["mae", "psnr"]
+    write_params(tmp_path, p)
+    proc = snakemake(tmp_path, check=False)
+    assert proc.returncode != 0
+    out = proc.stdout + proc.stderr
+    assert "relict.measures.1" in out and "allowed values: ['mae', 'rmse', 'ssim']" in out
+    assert not (tmp_path / "results").exists()
+
+
+def test_n_larger_than_training_set_is_clamped_with_a_warning(tmp_path):
+    wd, _ = _user_dataset(tmp_path, "manifest")
+    p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
+    p["relict"]["n_closest"] = 50
+    write_params(wd, p)
+    snakemake(wd, "relict_all")
+    metrics = json.loads((wd / "results/metrics/relict.json").read_text())
+    assert metrics["mydata"]["mae"]["n_closest_used"] == 6
+    assert "clamp" in (wd / "logs/relict_ratio/mydata/mae.log").read_text().lower()
+
+
+def test_snakemake_lint_is_clean(root):
+    import subprocess
+    from workflow_helpers import BIN, env
+
+    proc = subprocess.run([str(BIN / "snakemake"), "--lint"], cwd=root, env=env(), capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
