@@ -28,16 +28,6 @@ rule demo_patient:
         "../scripts/demo_patient.py"
 
 
-def manifest_rows(wildcards):
-    rows = []
-    for s in plan(wildcards).scans:
-        demo = s.image is None
-        rows.append({"id": s.id, "patient_id": s.patient_id, "role": s.role, "session": s.session,
-                     "image": f"images/{s.id}.nii.gz" if demo else s.image,
-                     "label": f"labels/{s.id}.nii.gz" if demo else s.label})
-    return rows
-
-
 rule dataset_manifest:
     input:
         lambda wc: [raw_image_path(wc.dataset, s.id) for s in plan(wc).scans],

@@ -41,11 +41,6 @@ def plan(wildcards):
     return PLANS[wildcards.dataset]
 
 
-# ---- paths ---------------------------------------------------------------
-PRE = "results/preprocessed/{dataset}"
-SYN = "results/synthetic/{dataset}"
-
-
 def raw_image_path(dataset, scan_id):
     """The raw image of a real scan: the user's file, or the demo cohort's output."""
     scan = PLANS[dataset].scan(scan_id)
@@ -97,3 +92,32 @@ def ratings_file(dataset):
 
 
 RATED_DATASETS = [d for d in DATASETS if ratings_file(d) is not None]
+
+
+def manifest_rows(wildcards):
+    rows = []
+    for s in plan(wildcards).scans:
+        demo = s.image is None
+        rows.append({"id": s.id, "patient_id": s.patient_id, "role": s.role, "session": s.session,
+                     "image": f"images/{s.id}.nii.gz" if demo else s.image,
+                     "label": f"labels/{s.id}.nii.gz" if demo else s.label})
+    return rows
+
+
+def grid_reference(wildcards):
+    """register: false takes the grid of the first training volume; else none is needed."""
+    if ds_cfg(wildcards)["preprocess"]["register"]:
+        return []
+    first = sorted(s.id for s in plan(wildcards).train)[0]
+    return raw_image_path(wildcards.dataset, first)
+
+
+def spiked_row(wildcards):
+    for r in plan(wildcards).spiked:
+        if r["id"] == wildcards.syn:
+            return r
+    raise WorkflowError(f"dataset {wildcards.dataset}: no synthetic volume {wildcards.syn}")
+
+
+def spiked_source(wildcards):
+    return f"results/preprocessed/{wildcards.dataset}/images/{spiked_row(wildcards)['source_id']}.nii.gz"

@@ -2,21 +2,13 @@
 # resampling onto the ROI grid, intensity window; per-scan QC and a montage.
 
 
-def grid_reference(wildcards):
-    """register: false takes the grid of the first training volume; else none is needed."""
-    if ds_cfg(wildcards)["preprocess"]["register"]:
-        return []
-    first = sorted(s.id for s in plan(wildcards).train)[0]
-    return raw_image_path(wildcards.dataset, first)
-
-
 rule template:
     input:
         reference=grid_reference,
     output:
-        grid=PRE + "/grid.json",
-        template=PRE + "/template.nii.gz",
-        template_roi=PRE + "/template_roi.nii.gz",
+        grid="results/preprocessed/{dataset}/grid.json",
+        template="results/preprocessed/{dataset}/template.nii.gz",
+        template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
     log:
         "logs/template/{dataset}.log",
     params:
@@ -33,13 +25,13 @@ rule template:
 rule preprocess_scan:
     input:
         image=raw_image,
-        grid=PRE + "/grid.json",
-        template=PRE + "/template.nii.gz",
-        template_roi=PRE + "/template_roi.nii.gz",
+        grid="results/preprocessed/{dataset}/grid.json",
+        template="results/preprocessed/{dataset}/template.nii.gz",
+        template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
     output:
-        image=PRE + "/images/{scan}.nii.gz",
-        transform=PRE + "/transforms/{scan}.tfm",
-        qc=PRE + "/qc/{scan}.json",
+        image="results/preprocessed/{dataset}/images/{scan}.nii.gz",
+        transform="results/preprocessed/{dataset}/transforms/{scan}.tfm",
+        qc="results/preprocessed/{dataset}/qc/{scan}.json",
     log:
         "logs/preprocess_scan/{dataset}/{scan}.log",
     benchmark:
@@ -58,10 +50,10 @@ rule preprocess_scan:
 rule preprocess_label:
     input:
         label=raw_label,
-        grid=PRE + "/grid.json",
-        transform=PRE + "/transforms/{scan}.tfm",
+        grid="results/preprocessed/{dataset}/grid.json",
+        transform="results/preprocessed/{dataset}/transforms/{scan}.tfm",
     output:
-        label=PRE + "/labels/{scan}.nii.gz",
+        label="results/preprocessed/{dataset}/labels/{scan}.nii.gz",
     log:
         "logs/preprocess_label/{dataset}/{scan}.log",
     params:
@@ -79,11 +71,11 @@ rule preprocess_qc:
     input:
         qc=lambda wc: [f"results/preprocessed/{wc.dataset}/qc/{s.id}.json" for s in plan(wc).scans],
         images=lambda wc: preprocessed_images(wc.dataset),
-        template_roi=PRE + "/template_roi.nii.gz",
+        template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
     output:
-        table=PRE + "/qc.tsv",
+        table="results/preprocessed/{dataset}/qc.tsv",
         montage=report(
-            PRE + "/qc_montage.png",
+            "results/preprocessed/{dataset}/qc_montage.png",
             caption="../report/qc_montage.rst",
             category="Preprocessing",
             subcategory="{dataset}",

@@ -2,17 +2,14 @@
 # synthetic and every training volume, the distance ratio, ranking, and evaluation
 # against the rating. One job per measure so benchmark files give Table 2's runtimes.
 
-RELICT = "results/relict/{dataset}"
-
-
 rule relict_measure:
     input:
         synthetic=lambda wc: synthetic_images(wc.dataset),
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
         training_qc=lambda wc: [f"results/preprocessed/{wc.dataset}/qc/{s.id}.json" for s in plan(wc).train],
-        grid=PRE + "/grid.json",
+        grid="results/preprocessed/{dataset}/grid.json",
     output:
-        RELICT + "/measures/{measure}.npz",
+        "results/relict/{dataset}/measures/{measure}.npz",
     log:
         "logs/relict_measure/{dataset}/{measure}.log",
     benchmark:
@@ -32,9 +29,9 @@ rule relict_measure:
 
 rule relict_ratio:
     input:
-        RELICT + "/measures/{measure}.npz",
+        "results/relict/{dataset}/measures/{measure}.npz",
     output:
-        RELICT + "/ranking_{measure}.tsv",
+        "results/relict/{dataset}/ranking_{measure}.tsv",
     log:
         "logs/relict_ratio/{dataset}/{measure}.log",
     params:
@@ -50,12 +47,12 @@ rule relict_ratio:
 
 rule relict_evaluate:
     input:
-        rankings=expand(RELICT + "/ranking_{measure}.tsv", measure=MEASURES, allow_missing=True),
+        rankings=expand("results/relict/{dataset}/ranking_{measure}.tsv", measure=MEASURES, allow_missing=True),
         ratings=lambda wc: ratings_file(wc.dataset),
     output:
-        summary=RELICT + "/evaluation.json",
+        summary="results/relict/{dataset}/evaluation.json",
         sweeps=expand("results/plots/relict_sweep/{{dataset}}__{measure}.tsv", measure=MEASURES),
-        scores=RELICT + "/ratios_with_rating.tsv",
+        scores="results/relict/{dataset}/ratios_with_rating.tsv",
     log:
         "logs/relict_evaluate/{dataset}.log",
     params:

@@ -2,22 +2,11 @@
 # training scans, non-replicas = held-out scans), or volumes from the user's generator.
 
 
-def spiked_row(wildcards):
-    for r in plan(wildcards).spiked:
-        if r["id"] == wildcards.syn:
-            return r
-    raise WorkflowError(f"dataset {wildcards.dataset}: no synthetic volume {wildcards.syn}")
-
-
-def spiked_source(wildcards):
-    return f"results/preprocessed/{wildcards.dataset}/images/{spiked_row(wildcards)['source_id']}.nii.gz"
-
-
 rule spike_volume:
     input:
         image=spiked_source,
     output:
-        image=SYN + "/images/{syn}.nii.gz",
+        image="results/synthetic/{dataset}/images/{syn}.nii.gz",
     log:
         "logs/spike_volume/{dataset}/{syn}.log",
     params:
@@ -38,9 +27,9 @@ rule spike_volume:
 rule import_synthetic:
     input:
         image=lambda wc: plan(wc).synthetic_volume(wc.syn).image,
-        grid=PRE + "/grid.json",
+        grid="results/preprocessed/{dataset}/grid.json",
     output:
-        image=SYN + "/images/{syn}.nii.gz",
+        image="results/synthetic/{dataset}/images/{syn}.nii.gz",
     log:
         "logs/import_synthetic/{dataset}/{syn}.log",
     threads: 1
@@ -58,7 +47,7 @@ rule synthetic_table:
     input:
         images=lambda wc: synthetic_images(wc.dataset),
     output:
-        table=SYN + "/synthetic.tsv",
+        table="results/synthetic/{dataset}/synthetic.tsv",
     log:
         "logs/synthetic_table/{dataset}.log",
     params:
@@ -76,7 +65,7 @@ rule synthetic_table:
 
 rule reference_ratings:
     output:
-        SYN + "/ratings_reference.tsv",
+        "results/synthetic/{dataset}/ratings_reference.tsv",
     log:
         "logs/reference_ratings/{dataset}.log",
     params:

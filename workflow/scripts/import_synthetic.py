@@ -4,9 +4,8 @@ import json
 
 import numpy as np
 
-from synthaudit.io import load_volume, save_volume
+from synthaudit.io import check_on_grid, load_volume, save_volume
 from synthaudit.logs import logged
-from synthaudit.preprocess.pipeline import check_on_grid
 
 with logged(snakemake.log[0]) as log:
     grid = json.loads(open(snakemake.input.grid).read())

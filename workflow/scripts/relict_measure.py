@@ -5,9 +5,8 @@ import time
 
 import numpy as np
 
-from synthaudit.io import atomic_path, load_volume
+from synthaudit.io import atomic_path, check_on_grid, load_volume
 from synthaudit.logs import Progress, logged
-from synthaudit.preprocess.pipeline import check_on_grid
 from synthaudit.relict.image_measures import all_pairs_image_measures, to_distance
 
 

@@ -152,3 +152,17 @@ def save_volume(path: str | os.PathLike, data: np.ndarray, affine: np.ndarray, d
 def spacing_from_affine(affine: np.ndarray) -> np.ndarray:
     """Voxel spacing in mm: the column norms of the affine's linear part."""
     return np.sqrt((np.asarray(affine)[:3, :3] ** 2).sum(axis=0))
+
+
+def check_on_grid(path: str, data: np.ndarray, affine: np.ndarray, grid: dict, what: str = "volume",
+                  affine_tol_mm: float = 1e-3) -> None:
+    """Refuse a volume whose shape (or voxel-to-world mapping) differs from the grid."""
+    shape = list(data.shape)
+    if shape != list(grid["shape"]):
+        raise VolumeError(f"{path}: {what} has shape {shape}, the preprocessed grid is {grid['shape']}")
+    diff = np.abs(np.asarray(affine) - np.asarray(grid["affine"])).max()
+    if diff > affine_tol_mm:
+        raise VolumeError(
+            f"{path}: {what} is not on the preprocessed grid (affine differs by up to {diff:.3g} mm); "
+            "register it or resample it first"
+        )

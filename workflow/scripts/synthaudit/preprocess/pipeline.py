@@ -12,13 +12,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ..io import VolumeError, load_volume, spacing_from_affine
+from ..io import VolumeError, check_on_grid, load_volume, spacing_from_affine
 from .intensity import window
 from .qc import masked_correlation
 from .register import reference_grid, register_affine, resample_to_grid
-
-AFFINE_TOL_MM = 1e-3
-
 
 def load_template(name: str, spacing_mm: float) -> tuple[np.ndarray, np.ndarray]:
     """The registration target: ``mni_ct``, ``mni_t1`` (nilearn, offline) or a NIfTI path."""
@@ -58,19 +55,6 @@ def output_grid(pre: dict, reference_image: str | None = None) -> dict:
             "spacing_mm": spacing_from_affine(np.asarray(affine)).tolist(),
             "registered": bool(pre["register"]), "intensity_range": rng,
             "reference": reference_image}
-
-
-def check_on_grid(path: str, data: np.ndarray, affine: np.ndarray, grid: dict, what: str = "volume") -> None:
-    """Refuse a volume whose shape (or voxel-to-world mapping) differs from the grid."""
-    shape = list(data.shape)
-    if shape != list(grid["shape"]):
-        raise VolumeError(f"{path}: {what} has shape {shape}, the preprocessed grid is {grid['shape']}")
-    diff = np.abs(np.asarray(affine) - np.asarray(grid["affine"])).max()
-    if diff > AFFINE_TOL_MM:
-        raise VolumeError(
-            f"{path}: {what} is not on the preprocessed grid (affine differs by up to {diff:.3g} mm); "
-            "register it or resample it first"
-        )
 
 
 def preprocess_image(image_path: str, pre: dict, grid: dict, template=None, template_roi=None,

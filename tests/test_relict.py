@@ -1,0 +1,269 @@
+"""RELICT measures, distance ratio and evaluation against analytic or reference answers."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import ndimage as ndi
+from skimage.metrics import structural_similarity
+
+from synthaudit.relict import image_measures
+from synthaudit.relict.evaluate import evaluate_measure, optimal_threshold, roc_auc, threshold_sweep
+from synthaudit.relict.image_measures import MEASURES, SIMILARITIES, all_pairs_image_measures, to_distance
+from synthaudit.relict.ratio import distance_ratio, ranking_rows
+
+
+def structured(rng, shape, n):
+    """Smoothed noise rescaled to [0, 1]: image-like structure at several scales."""
+    vols = []
+    for _ in range(n):
+        v = ndi.gaussian_filter(rng.standard_normal(shape), 1.5) + 0.3 * ndi.gaussian_filter(
+            rng.standard_normal(shape), 4.0)
+        vols.append((v - v.min()) / (v.max() - v.min()))
+    return np.stack(vols).astype(np.float32)
+
+
+def skimage_ssim(a, b, data_range, use_sample_covariance=True):
+    """The reference: skimage on float64 copies (skimage computes float32 input in float32)."""
+    return structural_similarity(a.astype(np.float64), b.astype(np.float64), gaussian_weights=True, sigma=1.5,
+                                 data_range=data_range, use_sample_covariance=use_sample_covariance)
+
+
+# ---------------------------------------------------------------------------
+# Image-level measures
+# ---------------------------------------------------------------------------
+
+
+def test_mae_rmse_match_numpy_including_near_replicas():
+    rng = np.random.default_rng(0)
+    syn = rng.random((3, 23, 19, 17), dtype=np.float32)
+    train = rng.random((4, 23, 19, 17), dtype=np.float32)
+    train[1] = syn[0]  # exact replica
+    train[2] = syn[1] + rng.normal(0, 1e-6, syn[1].shape).astype(np.float32)  # near replica
+    out = all_pairs_image_measures(syn, train, ["mae", "rmse"], data_range=1.0)
+    diff = syn[:, None].astype(np.float64) - train[None].astype(np.float64)
+    mae = np.abs(diff).mean(axis=(2, 3, 4))
+    rmse = np.sqrt((diff**2).mean(axis=(2, 3, 4)))
+    assert out["mae"].shape == out["rmse"].shape == (3, 4)
+    assert out["mae"].dtype == np.float64
+    assert out["mae"][0, 1] == 0 and out["rmse"][0, 1] == 0
+    assert 0 < mae[1, 2] < 1e-5  # the near replica really is near
+    np.testing.assert_allclose(out["mae"], mae, rtol=1e-6, atol=0)
+    np.testing.assert_allclose(out["rmse"], rmse, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("shape", [(23, 19, 17), (40, 48, 36)])
+def test_ssim_matches_skimage(shape):
+    rng = np.random.default_rng(1)
+    syn = structured(rng, shape, 3)
+    train = structured(rng, shape, 3)
+    train[0] = syn[2]  # identical pair
+    train[1] = np.clip(syn[0] + rng.normal(0, 1e-3, shape), 0, 1)  # near-identical pair
+    out = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0)["ssim"]
+    expected = np.array([[skimage_ssim(s, t, 1.0) for t in train] for s in syn])
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
+    assert abs(out[2, 0] - 1.0) < 1e-6
+    assert expected[0, 1] > 0.99
+
+
+@pytest.mark.parametrize("offset, scale, use_sample_covariance", [(0.0, 1.0, False), (1000.0, 1.0, True),
+                                                                   (-1000.0, 3000.0, True)])
+def test_ssim_matches_skimage_for_other_ranges(offset, scale, use_sample_covariance):
+    """Data far from zero (where float32 cancellation would break a naive E[xy] - mu_x mu_y)."""
+    rng = np.random.default_rng(2)
+    vols = structured(rng, (25, 22, 21), 4) * np.float32(scale) + np.float32(offset)
+    vols[3] = vols[0]
+    out = all_pairs_image_measures(vols[:2], vols[2:], ["ssim"], data_range=scale,
+                                   use_sample_covariance=use_sample_covariance)["ssim"]
+    expected = np.array([[skimage_ssim(s, t, scale, use_sample_covariance) for t in vols[2:]]
+                         for s in vols[:2]])
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
+
+
+def test_streaming_iterator_progress_and_batch_size_invariance():
+    rng = np.random.default_rng(3)
+    syn = structured(rng, (23, 19, 17), 5)
+    train = structured(rng, (23, 19, 17), 3)
+    calls = []
+    streamed = all_pairs_image_measures(syn, (t for t in train), MEASURES, data_range=1.0, batch_size=1,
+                                        progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, None), (2, None), (3, None)]
+    calls.clear()
+    whole = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, batch_size=100,
+                                     progress=lambda done, total: calls.append((done, total)))
+    assert calls == [(1, 3), (2, 3), (3, 3)]
+    calls.clear()
+    all_pairs_image_measures(syn, iter(train), ["mae"], data_range=1.0, n_training=3,
+                             progress=lambda done, total: calls.append((done, total)))
+    assert calls[-1] == (3, 3)
+    for m in MEASURES:
+        assert streamed[m].shape == (5, 3)
+        np.testing.assert_array_equal(streamed[m], whole[m])
+
+
+def test_multi_slab_processing_matches(monkeypatch):
+    """Force the smallest CPU slabs (2r = 10 rows): 3 slabs of 30 rows, and 10 + 3 rows."""
+    rng = np.random.default_rng(5)
+    for shape in [(40, 48, 36), (23, 19, 17)]:
+        syn = structured(rng, shape, 2)
+        train = structured(rng, shape, 2)
+        one_slab = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0)
+        monkeypatch.setattr(image_measures, "_CPU_SLAB_VOXELS", 1)
+        slabs = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0)
+        monkeypatch.undo()
+        expected = np.array([[skimage_ssim(s, t, 1.0) for t in train] for s in syn])
+        np.testing.assert_allclose(slabs["ssim"], expected, rtol=0, atol=1e-5)
+        for m in MEASURES:
+            np.testing.assert_allclose(slabs[m], one_slab[m], rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():
+    rng = np.random.default_rng(4)
+    syn = structured(rng, (40, 48, 36), 3)
+    train = structured(rng, (40, 48, 36), 2)
+    cpu = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, device="cpu")
+    gpu = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, device="cuda")
+    for m in MEASURES:
+        np.testing.assert_allclose(gpu[m], cpu[m], rtol=1e-6, atol=1e-6)
+
+
+def test_image_measure_errors():
+    vols = np.zeros((2, 12, 12, 12), np.float32)
+    with pytest.raises(ValueError, match="unknown measure"):
+        all_pairs_image_measures(vols, vols, ["psnr"], data_range=1.0)
+    with pytest.raises(ValueError, match="training volume 1 has shape"):
+        all_pairs_image_measures(vols, [vols[0], np.zeros((12, 12, 11))], ["mae"], data_range=1.0)
+    with pytest.raises(ValueError, match="smaller than the SSIM window"):
+        all_pairs_image_measures(np.zeros((1, 10, 12, 12), np.float32), [np.zeros((10, 12, 12))], ["ssim"],
+                                 data_range=1.0)
+    with pytest.raises(ValueError, match="data_range"):
+        all_pairs_image_measures(vols, vols, ["ssim"], data_range=0.0)
+
+
+def test_to_distance():
+    assert SIMILARITIES == {"ssim"}
+    np.testing.assert_array_equal(to_distance("ssim", np.array([1.0, 0.0, -1.0, 0.5])), [0.0, 0.5, 1.0, 0.25])
+    values = np.array([[0.0, 2.5]])
+    distances = to_distance("rmse", values)
+    np.testing.assert_array_equal(distances, values)
+    assert distances is not values
+    with pytest.raises(ValueError):
+        to_distance("psnr", values)
+
+
+# ---------------------------------------------------------------------------
+# Distance ratio and ranking
+# ---------------------------------------------------------------------------
+
+D = np.array([[1.0, 2.0, 3.0, 4.0],
+              [0.0, 5.0, 5.0, 5.0],
+              [2.0, 2.0, 2.0, 2.0]])
+
+
+def test_distance_ratio_n2():
+    r = distance_ratio(D, 2)
+    np.testing.assert_array_equal(r.closest, [0, 0, 0])  # row 2: four-way tie -> lowest index
+    np.testing.assert_array_equal(r.closest_distance, [1.0, 0.0, 2.0])
+    np.testing.assert_allclose(r.mean_n_closest, [(1 + 2) / 2, (0 + 5) / 2, 2.0])
+    np.testing.assert_allclose(r.ratio, [1 / 1.5, 0.0, 1.0])
+    assert r.n_used == 2
+
+
+def test_distance_ratio_n3_and_stable_ties():
+    r = distance_ratio(D, 3)
+    np.testing.assert_allclose(r.mean_n_closest, [(1 + 2 + 3) / 3, (0 + 5 + 5) / 3, 2.0])
+    np.testing.assert_allclose(r.ratio, [1 / 2, 0.0, 1.0])
+    assert distance_ratio(np.array([[3.0, 1.0, 1.0, 0.5, 0.5]]), 1).closest[0] == 3
+
+
+def test_distance_ratio_clamps_n_with_warning():
+    messages = []
+    r = distance_ratio(D, 10, warn=messages.append)
+    assert r.n_used == 4
+    assert len(messages) == 1 and "10" in messages[0] and "4" in messages[0]
+    np.testing.assert_allclose(r.ratio, [1 / 2.5, 0.0, 1.0])
+    with pytest.warns(UserWarning, match="n_closest=5"):
+        distance_ratio(D, 5)
+
+
+def test_distance_ratio_zero_distances_and_errors():
+    r = distance_ratio(np.array([[0.0, 0.0, 1.0], [0.0, 0.0, 0.0]]), 2)
+    np.testing.assert_array_equal(r.ratio, [0.0, 0.0])  # second row is 0 / 0
+    with pytest.raises(ValueError):
+        distance_ratio(D, 0)
+    with pytest.raises(ValueError):
+        distance_ratio(np.array([[np.nan, 1.0]]), 1)
+
+
+def test_ranking_rows():
+    d = np.array([[2.0, 4.0], [0.0, 1.0], [1.0, 2.0], [1.0, 4.0]])  # ratios 2/3, 0, 2/3, 0.4
+    result = distance_ratio(d, 2)
+    rows = ranking_rows(["b", "d", "a", "c"], ["t0", "t1"], result, "mae")
+    assert [r["synthetic_id"] for r in rows] == ["d", "c", "a", "b"]  # equal ratios: by id
+    assert [r["rank"] for r in rows] == [1, 2, 3, 4]
+    assert rows[1] == {"synthetic_id": "c", "closest_training_id": "t0", "distance": 1.0,
+                       "mean_n_closest": 2.5, "ratio": 0.4, "n_used": 2, "rank": 2}
+    with pytest.raises(ValueError):
+        ranking_rows(["a"], ["t0", "t1"], result, "mae")
+
+
+# ---------------------------------------------------------------------------
+# Evaluation
+# ---------------------------------------------------------------------------
+
+
+def test_threshold_sweep_counts_and_grid():
+    ratios = [0.1, 0.2, 0.25, 0.3, 0.4]
+    truth = [True, False, True, True, False]
+    rows = threshold_sweep(ratios, truth, step=0.1)
+    assert [r["threshold"] for r in rows] == [0.1, 0.2, 0.3, 0.4]
+    assert [(r["tp"], r["fp"], r["tn"], r["fn"]) for r in rows] == [(1, 0, 2, 2), (1, 1, 1, 2), (3, 1, 1, 0),
+                                                                      (3, 2, 0, 0)]
+    np.testing.assert_allclose([r["balanced_accuracy"] for r in rows], [2 / 3, 5 / 12, 3 / 4, 1 / 2])
+    assert optimal_threshold(rows)["threshold"] == 0.3  # unique optimum
+
+    grid = threshold_sweep([0.29, 0.57], [True, False])  # default step 0.01
+    assert [r["threshold"] for r in grid] == [round(k * 0.01, 10) for k in range(29, 58)]
+
+
+def test_optimal_threshold_plateaus():
+    # Perfect separation: 0.3, 0.4 and 0.5 all reach balanced accuracy 1 -> middle.
+    rows = threshold_sweep([0.1, 0.2, 0.3, 0.6, 0.7], [True, True, True, False, False], step=0.1)
+    np.testing.assert_allclose([r["balanced_accuracy"] for r in rows], [2 / 3, 5 / 6, 1, 1, 1, 0.75, 0.5])
+    assert optimal_threshold(rows)["threshold"] == 0.4
+    # Two separate runs at 0.75 ([0.1, 0.2] and [0.5, 0.6]): the first run is used.
+    rows = threshold_sweep([0.1, 0.3, 0.5, 0.7], [True, False, True, False], step=0.1)
+    np.testing.assert_allclose([r["balanced_accuracy"] for r in rows], [0.75, 0.75, 0.5, 0.5, 0.75, 0.75, 0.5])
+    assert optimal_threshold(rows)["threshold"] == 0.1
+
+
+def test_single_class_gives_nan():
+    rows = threshold_sweep([0.1, 0.2], [True, True], step=0.1)
+    assert all(math.isnan(r["specificity"]) and math.isnan(r["balanced_accuracy"]) for r in rows)
+    assert [r["sensitivity"] for r in rows] == [0.5, 1.0]
+    with pytest.raises(ValueError):
+        optimal_threshold(rows)
+    result = evaluate_measure([0.1, 0.2], [True, True], 0.1)
+    assert math.isnan(result["threshold"]) and math.isnan(result["auc"])
+    assert (result["n_replicas"], result["n_nonreplicas"]) == (2, 0)
+
+
+def test_roc_auc():
+    labels = np.array([True, True, False, False])
+    assert roc_auc([3.0, 4.0, 1.0, 2.0], labels) == 1.0
+    assert roc_auc([1.0, 2.0, 3.0, 4.0], labels) == 0.0
+    assert roc_auc([1.0, 1.0, 1.0, 1.0], labels) == 0.5
+    # Pairs (pos, neg): 0.8>0.4, 0.8>0.1, 0.4=0.4 (1/2), 0.4>0.1 -> 3.5 / 4.
+    assert roc_auc([0.8, 0.4, 0.4, 0.1], labels) == 0.875
+    assert math.isnan(roc_auc([0.1, 0.2], [True, True]))
+
+
+def test_evaluate_measure():
+    result = evaluate_measure([0.1, 0.2, 0.3, 0.6, 0.7], [True, True, True, False, False], 0.1)
+    assert result["threshold"] == 0.4
+    assert (result["balanced_accuracy"], result["sensitivity"], result["specificity"]) == (1.0, 1.0, 1.0)
+    assert result["auc"] == 1.0  # small ratio = replica, so scores are -ratio
+    assert (result["n_synthetic"], result["n_replicas"], result["n_nonreplicas"]) == (5, 3, 2)
+    assert len(result["sweep"]) == 7

@@ -1,0 +1,120 @@
+"""Distance ratio and ranking of synthetic volumes (RELICT 2.4).
+
+For a synthetic volume x with distances d(x, t) to every training volume t, RELICT's
+distance ratio is ``d(x, closest) / mean of d(x, t) over S_x``, where S_x is the set
+of the n closest training volumes and includes the closest one. A ratio near 0 means
+x is abnormally close to one training volume compared with its other near
+neighbours: a likely replica. The ratio is scale-free, so one threshold can serve
+volumes of different intensity or content.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class RatioResult:
+    """Distance ratios of S synthetic volumes (arrays of length S).
+
+    Attributes:
+        closest: Index of the closest training volume (lowest index on ties).
+        closest_distance: Distance to that volume.
+        mean_n_closest: Mean distance to the ``n_used`` closest training volumes,
+            the closest included.
+        ratio: ``closest_distance / mean_n_closest``; 0 when ``closest_distance`` is 0.
+        n_used: n after clamping to the number of training volumes.
+    """
+
+    closest: np.ndarray
+    closest_distance: np.ndarray
+    mean_n_closest: np.ndarray
+    ratio: np.ndarray
+    n_used: int
+
+
+def distance_ratio(distances: np.ndarray, n: int, *, warn: Callable[[str], None] | None = None) -> RatioResult:
+    """Compute RELICT's distance ratio for every synthetic volume.
+
+    Args:
+        distances: (S, T) non-negative distances, synthetic x training (similarities
+            must first go through ``image_measures.to_distance``).
+        n: Size of S_x, the set of closest training volumes (RELICT: 50).
+        warn: Receives a message when n exceeds T and is clamped to T; default
+            :func:`warnings.warn`. A clamp changes what the ratio means (with n = T
+            it compares against the whole training set), so it is never silent.
+
+    Returns:
+        The per-volume ratios and their ingredients.
+
+    Raises:
+        ValueError: If n < 1, the matrix is not 2D, has no training column, or
+            contains NaN.
+    """
+    d = np.asarray(distances, dtype=np.float64)
+    if d.ndim != 2:
+        raise ValueError(f"distances must be a (synthetic, training) matrix, got shape {d.shape}")
+    n_training = d.shape[1]
+    if n < 1:
+        raise ValueError(f"n (closest training volumes) must be at least 1, got {n}")
+    if n_training == 0:
+        raise ValueError("distances has no training volumes")
+    if np.isnan(d).any():
+        raise ValueError(f"distances contain {int(np.isnan(d).sum())} NaN value(s)")
+    if n > n_training:
+        message = (f"n_closest={n} exceeds the number of training volumes ({n_training}); "
+                   f"using n={n_training}, i.e. the ratio compares with the whole training set")
+        (warn or warnings.warn)(message)
+        n = n_training
+
+    closest = np.argmin(d, axis=1)  # first minimum: ties go to the lowest training index
+    closest_distance = d[np.arange(d.shape[0]), closest]
+    # The mean of the n smallest values does not depend on how ties at the n-th value
+    # are broken, so a partial partition (O(T)) is enough; no full sort.
+    nearest = d if n == n_training else np.partition(d, n - 1, axis=1)[:, :n]
+    mean_n_closest = nearest.mean(axis=1)
+    ratio = np.zeros_like(closest_distance)
+    np.divide(closest_distance, mean_n_closest, out=ratio, where=closest_distance != 0)
+    return RatioResult(closest=closest, closest_distance=closest_distance, mean_n_closest=mean_n_closest,
+                       ratio=ratio, n_used=n)
+
+
+def ranking_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], result: RatioResult,
+                 measure: str) -> list[dict]:
+    """Rank synthetic volumes from most to least likely replica.
+
+    Args:
+        synthetic_ids: Ids in the row order of the distance matrix.
+        training_ids: Ids in its column order.
+        result: Output of :func:`distance_ratio`.
+        measure: Measure name, for error messages.
+
+    Returns:
+        One dict per synthetic volume, sorted by rank, with keys ``synthetic_id,
+        closest_training_id, distance, mean_n_closest, ratio, n_used, rank``. Rank 1
+        is the smallest ratio; equal ratios are ordered by synthetic id, so the
+        ranking does not depend on the input order.
+    """
+    n_synthetic = len(result.ratio)
+    if len(synthetic_ids) != n_synthetic:
+        raise ValueError(f"{measure}: {len(synthetic_ids)} synthetic ids for {n_synthetic} ratios")
+    if n_synthetic and result.closest.max() >= len(training_ids):
+        raise ValueError(f"{measure}: closest training index {result.closest.max()} but only "
+                         f"{len(training_ids)} training ids")
+    order = np.lexsort((np.asarray(synthetic_ids, dtype=str), result.ratio))
+    return [
+        {
+            "synthetic_id": synthetic_ids[i],
+            "closest_training_id": training_ids[result.closest[i]],
+            "distance": float(result.closest_distance[i]),
+            "mean_n_closest": float(result.mean_n_closest[i]),
+            "ratio": float(result.ratio[i]),
+            "n_used": int(result.n_used),
+            "rank": rank,
+        }
+        for rank, i in enumerate(order, start=1)
+    ]
