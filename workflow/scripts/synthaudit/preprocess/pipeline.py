@@ -83,6 +83,7 @@ def preprocess_image(image_path: str, pre: dict, grid: dict, template=None, temp
     if win is not None:
         out = window(out, win[0], win[1], pre["intensity"]["rescale"])
     out = out.astype(np.float32)
+    qc["min"], qc["max"] = float(out.min()), float(out.max())  # SSIM's data range without a window
     if template_roi is not None:
         corr = masked_correlation(out, template_roi)
         qc["correlation_to_template"] = corr

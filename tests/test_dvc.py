@@ -1,0 +1,75 @@
+"""DVC behaviour on a copy of the repository with a tiny configuration:
+`dvc repro` runs the DAG through Snakemake; a second `dvc repro` does nothing; changing
+relict.n_closest re-runs only the RELICT stage and what follows; `dvc metrics diff` shows it."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from workflow_helpers import ROOT, env, tiny_params, write_params
+
+pytestmark = pytest.mark.workflow
+
+STAGES = ("cohort", "preprocess", "synthetic", "relict", "figures")
+
+
+def run(cmd, cwd):
+    proc = subprocess.run(cmd, cwd=cwd, env=env(), capture_output=True, text=True)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
+    return proc.stdout + proc.stderr
+
+
+def ran_stages(output: str) -> set[str]:
+    return {s for s in STAGES if f"Running stage '{s}'" in output}
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("dvcrepo")
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for item in ("Snakefile", "dvc.yaml", ".dvcignore", ".gitignore"):
+        shutil.copy2(ROOT / item, repo / item)
+    for folder in ("workflow", "envs"):
+        shutil.copytree(ROOT / folder, repo / folder, ignore=ignore)
+    (repo / ".dvc").mkdir()
+    shutil.copy2(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
+    shutil.copy2(ROOT / ".dvc" / ".gitignore", repo / ".dvc" / ".gitignore")
+    write_params(repo, tiny_params())
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
+    run(["git", "init", "-q"], repo)
+    run([*git, "add", "-A"], repo)
+    run([*git, "commit", "-qm", "init"], repo)
+    first = run(["dvc", "repro"], repo)
+    run([*git, "add", "-A"], repo)
+    run([*git, "commit", "-qm", "first repro"], repo)
+    return repo, first, git
+
+
+def test_first_repro_runs_every_stage_and_writes_metrics(repo):
+    path, first, _ = repo
+    assert ran_stages(first) == set(STAGES)
+    metrics = json.loads((path / "results/metrics/relict.json").read_text())
+    assert set(metrics["ncct_demo"]) == {"mae", "rmse", "ssim"}
+    assert (path / "results/report.html").stat().st_size > 10_000
+    assert "analytics = false" in (path / ".dvc/config").read_text()
+
+
+def test_second_repro_does_nothing(repo):
+    path, _, _ = repo
+    out = run(["dvc", "repro"], path)
+    assert ran_stages(out) == set(), out
+
+
+def test_changing_n_reruns_only_relict_and_after(repo):
+    path, _, _ = repo
+    params = yaml.safe_load((path / "params.yaml").read_text())
+    params["relict"]["n_closest"] = 3
+    write_params(path, params)
+    out = run(["dvc", "repro"], path)
+    assert ran_stages(out) == {"relict", "figures"}, out
+    diff = run(["dvc", "metrics", "diff", "--json"], path)
+    changes = json.loads(diff)["results/metrics/relict.json"]
+    assert changes["ncct_demo.mae.n_closest_used"] == {"old": 4, "new": 3, "diff": -1}

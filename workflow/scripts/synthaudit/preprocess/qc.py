@@ -1,0 +1,191 @@
+"""Registration quality control: a number (correlation) and a picture (montage).
+
+Why both: Mattes MI values are hard to read and not comparable between volumes, so
+a Pearson correlation with the template gives a threshold a person can set; a
+montage with the template outline overlaid shows at a glance which scans failed.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import nibabel as nib
+import numpy as np
+from matplotlib.figure import Figure
+
+from synthaudit.io import atomic_path
+
+# Size of one montage panel (inches) and resolution; with 60 volumes at 6 columns
+# this keeps the image below about 2,600 x 1,000 pixels.
+_PANEL_IN = 1.8
+_DPI = 72
+_CONTOUR_COLOUR = "orangered"
+
+
+def masked_correlation(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None = None) -> float:
+    """Pearson correlation between the voxels of ``a`` and ``b`` (inside ``mask``).
+
+    Args:
+        a: Volume, e.g. a registered scan.
+        b: Volume of the same shape, e.g. the template.
+        mask: Optional boolean array of the same shape; only voxels inside it count
+            (e.g. the template's head, so that the background does not inflate the
+            value).
+
+    Returns:
+        The correlation in [-1, 1], or NaN when either volume is constant inside the
+        mask (e.g. an empty scan after a failed registration). NaN compares False
+        with any threshold, so test ``not corr >= threshold`` to flag it.
+
+    Raises:
+        ValueError: If shapes differ or the mask holds fewer than two voxels.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape:
+        raise ValueError(f"shapes differ: {a.shape} vs {b.shape}")
+    if mask is not None:
+        mask = np.asarray(mask, dtype=bool)
+        if mask.shape != a.shape:
+            raise ValueError(f"mask shape {mask.shape} differs from volume shape {a.shape}")
+        a, b = a[mask], b[mask]
+    a, b = a.ravel(), b.ravel()
+    if a.size < 2:
+        raise ValueError(f"correlation needs at least two voxels, the mask holds {a.size}")
+    a = a - a.mean()
+    b = b - b.mean()
+    denom = math.sqrt(float(np.dot(a, a)) * float(np.dot(b, b)))
+    if denom == 0.0:
+        return float("nan")
+    return float(np.dot(a, b) / denom)
+
+
+def montage_png(
+    path: str | os.PathLike,
+    volumes: list[tuple[str, np.ndarray]],
+    template: np.ndarray,
+    *,
+    ncols: int = 6,
+    title: str | None = None,
+    affine: np.ndarray | None = None,
+    max_volumes: int = 60,
+) -> None:
+    """Write a PNG montage of registered volumes with the template outline overlaid.
+
+    Each volume gets a mid-axial panel (anterior up) above a mid-coronal panel
+    (superior up), both in radiological convention (the patient's left on the
+    viewer's right), in grey scaled to the volume's 1st-99th percentiles. The
+    template's outline (its Otsu threshold contour) is drawn on top, so a
+    misregistered scan shows as anatomy that leaves the outline.
+
+    Args:
+        path: Output PNG, written atomically.
+        volumes: ``(id, volume)`` pairs, all on the template grid.
+        template: The template volume (same shape as every volume).
+        ncols: Volumes per montage row.
+        title: Optional first title line; the display convention is always added.
+        affine: The grid's 4x4 RAS affine. ``None`` assumes an axis-aligned RAS grid
+            (as made by :func:`synthaudit.preprocess.register.reference_grid`);
+            otherwise the arrays are reoriented to the closest RAS axes first.
+        max_volumes: At most this many volumes are drawn (the first ones); the title
+            says how many were left out, so the figure stays readable and small.
+
+    Raises:
+        ValueError: If ``volumes`` is empty or a volume's shape differs from the
+            template's.
+    """
+    if not volumes:
+        raise ValueError("montage_png needs at least one volume")
+    template = np.asarray(template, dtype=np.float32)
+    for vol_id, vol in volumes:
+        if np.shape(vol) != template.shape:
+            raise ValueError(f"{vol_id}: shape {np.shape(vol)} differs from the template's {template.shape}")
+    if ncols < 1 or max_volumes < 1:
+        raise ValueError(f"ncols and max_volumes must be >= 1, got {ncols} and {max_volumes}")
+
+    shown = volumes[:max_volumes]
+    spacing = np.ones(3)
+    if affine is not None:
+        template, spacing = _to_ras(template, affine)
+    threshold = _otsu_threshold(template)
+    nx, ny, nz = template.shape
+    cols = min(ncols, len(shown))
+    rows = math.ceil(len(shown) / cols)
+    axial_h = ny * spacing[1] / (nx * spacing[0])
+    coronal_h = nz * spacing[2] / (nx * spacing[0])
+
+    fig = Figure(figsize=(cols * _PANEL_IN, rows * (axial_h + coronal_h) * _PANEL_IN + 0.8))
+    axes = fig.subplots(
+        2 * rows, cols, squeeze=False, gridspec_kw={"height_ratios": [axial_h, coronal_h] * rows}
+    )
+    for ax in axes.ravel():
+        ax.set_axis_off()
+    template_slices = _mid_slices(template)
+    for n, (vol_id, vol) in enumerate(shown):
+        vol = np.asarray(vol, dtype=np.float32)
+        if affine is not None:
+            vol, _ = _to_ras(vol, affine)
+        vmin, vmax = np.percentile(vol, [1, 99])
+        row, col = 2 * (n // cols), n % cols
+        for ax, image, outline, aspect in zip(
+            (axes[row, col], axes[row + 1, col]),
+            _mid_slices(vol),
+            template_slices,
+            (spacing[1] / spacing[0], spacing[2] / spacing[0]),
+        ):
+            ax.imshow(image, cmap="gray", vmin=vmin, vmax=vmax, origin="lower", aspect=aspect, interpolation="nearest")
+            if outline.min() < threshold < outline.max():
+                # Without X/Y, contour puts outline[r, c] at (c, r): the same pixel
+                # centres as imshow(origin="lower").
+                ax.contour(outline, levels=[threshold], colors=_CONTOUR_COLOUR, linewidths=0.6)
+        axes[row, col].set_title(vol_id, fontsize=7)
+
+    lines = [title] if title else []
+    lines.append(
+        "axial (anterior up) over coronal (superior up); radiological: patient's left on the right; "
+        f"{_CONTOUR_COLOUR}: template outline"
+    )
+    if len(volumes) > len(shown):
+        lines.append(f"showing the first {len(shown)} of {len(volumes)} volumes")
+    fig.suptitle("\n".join(lines), fontsize=8)
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=_DPI)
+
+
+def _mid_slices(vol: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mid-axial and mid-coronal slices of a RAS-ordered volume, ready for ``imshow``.
+
+    Rows run from inferior/posterior (drawn at the bottom with ``origin="lower"``) and
+    the x axis is reversed so that the patient's right (+x) is on the viewer's left.
+    """
+    nx, ny, nz = vol.shape
+    axial = vol[::-1, :, nz // 2].T
+    coronal = vol[::-1, ny // 2, :].T
+    return axial, coronal
+
+
+def _to_ras(vol: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flip/permute array axes to the closest RAS orientation; return it and its spacing."""
+    ornt = nib.orientations.io_orientation(affine)
+    to_ras = nib.orientations.ornt_transform(ornt, nib.orientations.axcodes2ornt("RAS"))
+    spacing = np.sqrt((np.asarray(affine)[:3, :3] ** 2).sum(axis=0))
+    return nib.orientations.apply_orientation(vol, to_ras), spacing[ornt[:, 0].astype(int).argsort()]
+
+
+def _otsu_threshold(vol: np.ndarray, bins: int = 256) -> float:
+    """Otsu's threshold: the level that best splits the intensities into two classes.
+
+    Used to outline the template whatever its intensity scale (T1 or CT-like,
+    windowed or not), without a per-template parameter.
+    """
+    hist, edges = np.histogram(vol, bins=bins)
+    centres = (edges[:-1] + edges[1:]) / 2
+    weight_low = np.cumsum(hist)
+    weight_high = weight_low[-1] - weight_low
+    mass_low = np.cumsum(hist * centres)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_low = mass_low / weight_low
+        mean_high = (mass_low[-1] - mass_low) / weight_high
+        between = weight_low * weight_high * (mean_low - mean_high) ** 2
+    return float(centres[np.nanargmax(between[:-1])])
