@@ -70,3 +70,46 @@ def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optim
     ax.grid(axis="y", alpha=0.3)
     ax.set_title(title)
     _save(fig, path)
+
+
+def _mid_slices(vol: np.ndarray) -> list[np.ndarray]:
+    """Axial, coronal and sagittal mid-slices, oriented for display (superior/anterior up)."""
+    x, y, z = (s // 2 for s in vol.shape)
+    return [vol[:, :, z].T, vol[:, y, :].T, vol[x, :, :].T]
+
+
+def pair_figure(path, synthetic: np.ndarray, training: np.ndarray, syn_id: str, train_id: str,
+                subtitle: str = "", vrange=None) -> None:
+    """Side-by-side mid-slices of a synthetic volume and its closest training volume (rating sheet)."""
+    lo, hi = vrange if vrange is not None else (float(min(synthetic.min(), training.min())),
+                                               float(max(synthetic.max(), training.max())))
+    fig, axes = plt.subplots(2, 3, figsize=(9, 6))
+    for row, (vol, name) in enumerate(((synthetic, f"synthetic {syn_id}"), (training, f"training {train_id}"))):
+        for col, (sl, view) in enumerate(zip(_mid_slices(vol), ("axial", "coronal", "sagittal"))):
+            ax = axes[row][col]
+            ax.imshow(sl, cmap="gray", origin="lower", vmin=lo, vmax=hi)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if col == 0:
+                ax.set_ylabel(name)
+            if row == 0:
+                ax.set_title(view)
+    fig.suptitle(f"{syn_id} vs {train_id}" + (f"  ({subtitle})" if subtitle else ""))
+    _save(fig, path)
+
+
+def closest_by_measure_figure(path, synthetic: np.ndarray, closest: dict[str, tuple[str, np.ndarray]],
+                              syn_id: str, vrange=None) -> None:
+    """RELICT Figure 6: a synthetic volume and the closest training volume by each measure (axial mid-slices)."""
+    n = len(closest) + 1
+    lo, hi = vrange if vrange is not None else (float(synthetic.min()), float(synthetic.max()))
+    fig, axes = plt.subplots(1, n, figsize=(2.6 * n, 3.0))
+    panels = [(f"synthetic\n{syn_id}", synthetic)] + [
+        (f"{MEASURE_LABELS.get(m, m)}\n{tid}", vol) for m, (tid, vol) in closest.items()]
+    for ax, (title, vol) in zip(np.atleast_1d(axes), panels):
+        ax.imshow(_mid_slices(vol)[0], cmap="gray", origin="lower", vmin=lo, vmax=hi)
+        ax.set_title(title, fontsize=8)
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle("Closest training volume by each measure (RELICT Figure 6)")
+    _save(fig, path)

@@ -1,0 +1,328 @@
+"""Segmentation level: Dice and ASD against known answers and the deepmind reference; the U-Net.
+
+The reference is google-deepmind ``surface-distance`` 0.1 (the package RELICT used); tests
+that need it are skipped when it is not installed. It only sees non-empty masks: on
+empty ones it uses ``np.Inf``, which NumPy 2 removed.
+"""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from synthaudit.segment import measures as M
+
+# The reference package imports scipy.ndimage functions from deprecated namespaces.
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:surface_distance")
+
+SPACING = (0.8, 1.1, 2.3)  # anisotropic, no two alike
+
+
+def _ellipsoids(rng, shape, n, labels):
+    """A label map of ``n`` random ellipsoids, each with a random label from ``labels``."""
+    volume = np.zeros(shape, np.uint8)
+    grid = np.ogrid[tuple(slice(0, s) for s in shape)]
+    for _ in range(n):
+        centre = rng.uniform(0, shape)
+        radii = rng.uniform(1.5, 6.0, 3)
+        inside = sum(((g - c) / r) ** 2 for g, c, r in zip(grid, centre, radii)) <= 1
+        volume[inside] = rng.choice(labels)
+    return volume
+
+
+def _ball(shape, centre, radius):
+    grid = np.ogrid[tuple(slice(0, s) for s in shape)]
+    return sum((g - c) ** 2 for g, c in zip(grid, centre)) <= radius**2
+
+
+def _reference():
+    return pytest.importorskip("surface_distance")
+
+
+@pytest.fixture(params=["kd_tree", "distance_transform"])
+def nearest_by(request, monkeypatch):
+    """Force one of the two ways of finding nearest surfels; both must be exact."""
+    monkeypatch.setattr(M, "_KD_QUERY_VOXELS", 0 if request.param == "kd_tree" else 10**9)
+    return request.param
+
+
+# --------------------------------------------------------------------------- Dice
+
+
+def test_dice_of_cubes_with_known_overlap():
+    a = np.zeros((12, 12, 12), np.uint8)
+    b = np.zeros_like(a)
+    a[2:8, 2:8, 2:8] = 1  # 216 voxels
+    b[4:10, 2:8, 2:8] = 1  # shifted by 2 along x: overlap 4 x 6 x 6 = 144
+    b[0, 0, 0] = 3  # class 3 only in b
+    per_class = M.dice(a, b, [1, 2, 3])
+    assert per_class[1] == 2 * 144 / (216 + 216)  # exactly 2/3
+    assert math.isnan(per_class[2])  # absent from both: no Dice
+    assert per_class[3] == 0.0
+    assert M.mean_dice(per_class) == pytest.approx((2 / 3 + 0.0) / 2, abs=1e-15)  # NaN left out
+    assert math.isnan(M.mean_dice(M.dice(a, b, [2])))
+
+
+# --------------------------------------------------------------------------- ASD, known answers
+
+
+def test_asd_of_identical_masks_is_zero():
+    volume = _ellipsoids(np.random.default_rng(0), (30, 30, 20), 6, [1, 2, 3])
+    assert M.average_surface_distance(volume, volume, SPACING, [1, 2, 3]) == {1: 0.0, 2: 0.0, 3: 0.0}
+    assert M.hd95(volume, volume, SPACING) == 0.0
+
+
+@pytest.mark.parametrize(("centre", "r1", "r2"), [
+    ((20.0, 20.0, 20.0), 5.0, 8.0),
+    ((20.5, 20.5, 20.5), 8.0, 12.0),
+    ((20.3, 19.6, 20.1), 6.0, 15.0),
+])
+def test_asd_of_concentric_spheres(centre, r1, r2):
+    """ASD of balls of radii r1 < r2 at 1 mm: r2 - r1 minus half a voxel, within 0.15 mm.
+
+    The offset is the discretisation: surfels are the voxel corners next to both inside
+    and outside voxels, a shell about a voxel thick around each sphere, and each distance
+    runs to the near side of the other shell. Over 25 random centres and radii with
+    r2 - r1 in [3, 11] the offset lay in [-0.57, -0.45] mm.
+    """
+    a, b = _ball((42, 42, 42), centre, r1), _ball((42, 42, 42), centre, r2)
+    asd = M.average_surface_distance(a, b, (1.0, 1.0, 1.0), [1])[1]
+    assert asd == pytest.approx(r2 - r1 - 0.5, abs=0.15)
+
+
+@pytest.mark.parametrize("shift", [1, 2, 3])
+def test_asd_of_plates_shifted_along_anisotropic_z(shift, nearest_by):
+    """Two identical 6x6x1-voxel plates at spacing (1, 1, 2) mm, ``shift`` voxels apart in z.
+
+    A plate's surfels are two layers of corners, below and above its voxel layer, with
+    mirror-image neighbourhoods and so equal areas. Everything lies in z-planes spanning
+    the same x-y range, so each distance is purely along z: A's lower layer is 2 * shift mm
+    from B's lower layer, A's upper layer 2 * (shift - 1) mm. Each directed average is
+    therefore 2 * shift - 1 mm, and so is the ASD; HD95 is 2 * shift mm.
+    """
+    a = np.zeros((14, 14, 10), bool)
+    a[4:10, 4:10, 3] = True
+    b = np.roll(a, shift, axis=2)
+    spacing = (1.0, 1.0, 2.0)
+    assert M.average_surface_distance(a, b, spacing, [1])[1] == pytest.approx(2 * shift - 1, abs=1e-12)
+    assert M.hd95(a, b, spacing) == 2.0 * shift
+    ref = _reference()
+    directed = ref.compute_average_surface_distance(ref.compute_surface_distances(a, b, spacing))
+    assert directed == pytest.approx((2 * shift - 1, 2 * shift - 1), abs=1e-12)
+
+
+# --------------------------------------------------------------------------- ASD, reference
+
+
+@pytest.mark.parametrize("spacing", [(1.3, 0.7, 2.1), (0.5, 3.0, 1.0)])
+def test_surfel_area_table_matches_reference(spacing):
+    lookup = _reference().lookup_tables
+    reference = lookup.create_table_neighbour_code_to_surface_area(spacing)
+    kernel = lookup.ENCODE_NEIGHBOURHOOD_3D_KERNEL  # deepmind's bit for each neighbourhood voxel
+    ours = M._area_table(tuple(spacing))
+    for voxels in itertools.product((0, 1), repeat=8):
+        cube = np.array(voxels).reshape(2, 2, 2)
+        our_code = sum(int(cube[offset]) << bit for offset, bit in M._BITS)
+        assert ours[our_code] == pytest.approx(reference[int((cube * kernel).sum())], rel=1e-13)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_agrees_with_reference_on_random_blobs(seed, nearest_by):
+    ref = _reference()
+    rng = np.random.default_rng(seed)
+    a = _ellipsoids(rng, (30, 34, 20), 6, [1, 2, 3])
+    b = _ellipsoids(rng, (30, 34, 20), 6, [1, 2, 3])
+    ours = M.average_surface_distance(a, b, SPACING, [1, 2, 3])
+    compared = 0
+    for c in (1, 2, 3):
+        if (a == c).any() and (b == c).any():
+            distances = ref.compute_surface_distances(a == c, b == c, SPACING)
+            assert ours[c] == pytest.approx(np.mean(ref.compute_average_surface_distance(distances)), abs=1e-6)
+            assert M.hd95(a == c, b == c, SPACING) == pytest.approx(
+                ref.compute_robust_hausdorff(distances, 95), abs=1e-6)
+            compared += 1
+    assert compared >= 2
+    whole = ref.compute_surface_distances(a > 0, b > 0, SPACING)
+    assert M.hd95(a, b, SPACING) == pytest.approx(ref.compute_robust_hausdorff(whole, 95), abs=1e-6)
+
+
+def test_class_empty_in_one_map_gets_whole_image_hd95():
+    a = np.zeros((30, 30, 20), np.uint8)
+    a[5:12, 5:12, 4:9] = 1
+    a[18:25, 15:22, 10:16] = 2
+    b = np.zeros_like(a)
+    b[7:14, 6:13, 5:10] = 1  # class 2 missing, class 3 missing from both
+    asd = M.average_surface_distance(a, b, SPACING, [1, 2, 3])
+    assert asd[2] == M.hd95(a, b, SPACING)
+    assert math.isnan(asd[3])
+    assert M.mean_asd(asd) == pytest.approx((asd[1] + asd[2]) / 2, abs=1e-15)
+    ref = _reference()
+    whole = ref.compute_surface_distances(a > 0, b > 0, SPACING)
+    assert asd[2] == pytest.approx(ref.compute_robust_hausdorff(whole, 95), abs=1e-6)
+    assert asd[2] > asd[1]  # the fallback is meant to be a large distance
+
+
+def test_empty_whole_image_gives_volume_diagonal():
+    a = np.zeros((30, 30, 20), np.uint8)
+    a[5:12, 5:12, 4:9] = 2
+    empty = np.zeros_like(a)
+    diagonal = math.sqrt((30 * 0.8) ** 2 + (30 * 1.1) ** 2 + (20 * 2.3) ** 2)
+    asd = M.average_surface_distance(a, empty, SPACING, [1, 2])
+    assert math.isnan(asd[1])
+    assert asd[2] == pytest.approx(diagonal, rel=1e-15)
+    assert M.hd95(empty, a, SPACING) == pytest.approx(diagonal, rel=1e-15)
+    assert math.isnan(M.hd95(empty, empty, SPACING))
+    assert math.isnan(M.mean_asd(M.average_surface_distance(empty, empty, SPACING, [1, 2])))
+
+
+# --------------------------------------------------------------------------- all pairs
+
+
+def test_all_pairs_equals_per_pair_functions(nearest_by):
+    rng = np.random.default_rng(7)
+    shape, labels = (24, 26, 14), [1, 2, 3]
+    synthetic = [_ellipsoids(rng, shape, int(rng.integers(1, 5)), labels) for _ in range(5)]
+    synthetic.append(np.zeros(shape, np.uint8))  # no foreground at all
+    synthetic.append(np.where(synthetic[0] > 0, 2, 0).astype(np.float32))  # one class, float type
+    training = [_ellipsoids(rng, shape, int(rng.integers(1, 5)), labels) for _ in range(4)]
+    training += [np.zeros(shape, np.int16), synthetic[1].copy()]
+    calls = []
+
+    result = M.all_pairs_segmentation_measures(
+        synthetic, (t for t in training), labels, SPACING, n_training=len(training),
+        progress=lambda done, total: calls.append((done, total)))
+
+    assert calls == [(j, len(training)) for j in range(1, len(training) + 1)]
+    assert set(result) == set(M.MEASURES)
+    for i, s in enumerate(synthetic):
+        for j, t in enumerate(training):
+            expected = {
+                "dice_binary": M.dice(s > 0, t > 0, [1])[1],
+                "dice_multiclass": M.mean_dice(M.dice(s, t, labels)),
+                "asd_binary": M.average_surface_distance(s > 0, t > 0, SPACING, [1])[1],
+                "asd_multiclass": M.mean_asd(M.average_surface_distance(s, t, SPACING, labels)),
+            }
+            for name, value in expected.items():
+                np.testing.assert_allclose(result[name][i, j], value, rtol=1e-12, atol=0, equal_nan=True,
+                                           err_msg=f"{name} [{i}, {j}]")
+    assert math.isnan(result["asd_multiclass"][5, 4])  # both empty
+    assert result["dice_binary"][1, 5] == 1.0 and result["asd_multiclass"][1, 5] == 0.0  # identical pair
+
+
+def test_all_pairs_measure_subset_and_input_errors():
+    volumes = [np.zeros((8, 8, 8), np.uint8) for _ in range(2)]
+    volumes[0][2:5, 2:5, 2:5] = 1
+    result = M.all_pairs_segmentation_measures(volumes, iter(volumes), [1], (1, 1, 1), measures=["dice_binary"])
+    assert list(result) == ["dice_binary"] and result["dice_binary"].shape == (2, 2)
+    with pytest.raises(ValueError, match="unknown measure"):
+        M.all_pairs_segmentation_measures(volumes, volumes, [1], (1, 1, 1), measures=["hausdorff"])
+    with pytest.raises(ValueError, match=r"training label map 1: expected shape \(8, 8, 8\)"):
+        M.all_pairs_segmentation_measures(volumes, [volumes[0], np.zeros((8, 8, 9))], [1], (1, 1, 1))
+    with pytest.raises(ValueError, match="synthetic label map 0: label map has non-integer values"):
+        M.all_pairs_segmentation_measures([volumes[0] * 0.5], volumes, [1], (1, 1, 1))
+
+
+def test_check_labels_names_file_and_values():
+    data = np.zeros((4, 4, 4), np.float32)
+    data[0, 0, :3] = [1, 3, 7]
+    M.check_labels("ok.nii.gz", data, [1, 3, 7])
+    with pytest.raises(ValueError, match=r"seg/s1\.nii\.gz: .*label value\(s\) 3, 7 not in the label map \[1, 2\]"):
+        M.check_labels("seg/s1.nii.gz", data, [1, 2])
+
+
+# --------------------------------------------------------------------------- U-Net
+
+PATCH = (16, 16, 16)
+SMALL = dict(patch_size=PATCH, batch_size=2, learning_rate=1e-2, seed=3, channels=(4, 8, 16, 32), device="cpu")
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """One torch thread for the U-Net tests, restored afterwards.
+
+    A network this small gains nothing from more threads, and on a CPU shared with
+    other jobs torch's waiting worker threads slow each step from ~0.05 s to seconds.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def blobs(single_thread):
+    """Four 24x24x16 volumes: bright balls (label 1) on a noisy background."""
+    rng = np.random.default_rng(0)
+    images, labels = [], []
+    for _ in range(4):
+        label = np.zeros((24, 24, 16), np.uint8)
+        for _ in range(2):
+            label[_ball(label.shape, rng.uniform([5, 5, 4], [19, 19, 12]), rng.uniform(2.5, 4.0))] = 1
+        images.append((label + rng.normal(0.0, 0.3, label.shape)).astype(np.float32))
+        labels.append(label)
+    return images, labels
+
+
+@pytest.fixture(scope="module")
+def trained(blobs):
+    from synthaudit.segment import unet
+
+    return unet.train_unet(*blobs, 1, epochs=10, **SMALL)
+
+
+def test_unet_learns_and_predicts(blobs, trained):
+    from synthaudit.segment import unet
+
+    model, history = trained
+    assert [h["epoch"] for h in history] == list(range(1, 11))
+    losses = [h["loss"] for h in history]
+    assert all(math.isfinite(x) for x in losses)
+    assert np.mean(losses[-3:]) < 0.6 * np.mean(losses[:3])
+    images, labels = blobs
+    predicted = unet.predict(model, images[0], PATCH, device="cpu")
+    assert predicted.shape == images[0].shape and predicted.dtype == np.uint8
+    assert M.dice(predicted, labels[0], [1])[1] > 0.5
+
+
+def test_unet_resume_gives_the_uninterrupted_weights(blobs, tmp_path):
+    from synthaudit.segment import unet
+    import torch
+
+    checkpoint = tmp_path / "ckpt.pt"
+    straight, straight_history = unet.train_unet(*blobs, 1, epochs=3, **SMALL)
+    _, first = unet.train_unet(*blobs, 1, epochs=2, checkpoint_path=checkpoint, **SMALL)
+    assert torch.load(checkpoint, weights_only=True)["epoch"] == 2
+    resumed, history = unet.train_unet(*blobs, 1, epochs=3, checkpoint_path=checkpoint, **SMALL)
+    assert history[:2] == first and len(history) == 3
+    assert [h["loss"] for h in history] == [h["loss"] for h in straight_history]
+    for (name, a), (_, b) in zip(straight.state_dict().items(), resumed.state_dict().items()):
+        assert torch.equal(a, b), name
+
+
+def test_unet_refuses_checkpoint_of_another_config(blobs, tmp_path):
+    from synthaudit.segment import unet
+
+    checkpoint = tmp_path / "ckpt.pt"
+    unet.train_unet(*blobs, 1, epochs=1, checkpoint_path=checkpoint, **SMALL)
+    other = {**SMALL, "learning_rate": 5e-3}
+    with pytest.raises(ValueError, match=rf"{checkpoint}: checkpoint was written by another .*learning_rate"):
+        unet.train_unet(*blobs, 1, epochs=2, checkpoint_path=checkpoint, **other)
+
+
+def test_unet_save_and_load_model(blobs, trained, tmp_path):
+    from synthaudit.segment import unet
+
+    model, _ = trained
+    path = tmp_path / "model.pt"
+    config = {"n_classes": 1, "channels": list(SMALL["channels"]), "patch_size": list(PATCH)}
+    unet.save_model(path, model, config)
+    loaded, loaded_config = unet.load_model(path)
+    assert loaded_config == config
+    image = blobs[0][1]
+    np.testing.assert_array_equal(unet.predict(loaded, image, PATCH, device="cpu"),
+                                  unet.predict(model, image, PATCH, device="cpu"))
+    with pytest.raises(ValueError, match="lacks"):
+        unet.save_model(path, model, {"channels": [4, 8]})
