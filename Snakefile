@@ -26,6 +26,8 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/cohort.smk"
 include: "workflow/rules/preprocess.smk"
 include: "workflow/rules/synthetic.smk"
+include: "workflow/rules/features.smk"
+include: "workflow/rules/segment.smk"
 include: "workflow/rules/relict.smk"
 include: "workflow/rules/figures.smk"
 

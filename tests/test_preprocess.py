@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import matplotlib.image as mpimg
 import numpy as np
 import pytest
@@ -141,32 +143,35 @@ def test_resample_rejects_unsupported_order():
 # --------------------------------------------------------------------------- registration
 
 
-@pytest.fixture(scope="module")
-def moved_head():
+@functools.lru_cache(maxsize=1)
+def mni_t1_2mm() -> tuple[np.ndarray, np.ndarray]:
+    from nilearn.datasets import load_mni152_template  # ships with nilearn: no download
+
+    template = load_mni152_template(resolution=2)
+    return np.asarray(template.get_fdata(), dtype=np.float32), template.affine
+
+
+def moved_head(angles_xyz_deg, translation_lps_mm, scale, seed=3):
     """MNI T1 template at 2 mm (fixed) and a copy moved by a known affine (moving).
 
     The moving image lives on an oblique 2.2 mm grid, has CT-like inverted contrast in
-    HU (so the metric must be multi-modal) and Gaussian noise.
+    HU (so the metric must be multi-modal) and Gaussian noise. Returns the images, the
+    true transform (fixed -> moving physical points, LPS) and RAS points in the brain.
     """
-    from nilearn.datasets import load_mni152_template
-
-    template = load_mni152_template(resolution=2)
-    fixed = np.asarray(template.get_fdata(), dtype=np.float32)
-    fixed_affine = template.affine
+    fixed, fixed_affine = mni_t1_2mm()
     centre_ras = fixed_affine[:3, :3] @ ((np.array(fixed.shape) - 1) / 2) + fixed_affine[:3, 3]
 
-    # Truth: fixed physical point -> moving physical point (LPS), about the head centre.
     truth = sitk.AffineTransform(3)
-    matrix = 1.04 * Rotation.from_euler("xz", [8, -8], degrees=True).as_matrix()
+    matrix = scale * Rotation.from_euler("xyz", angles_xyz_deg, degrees=True).as_matrix()
     truth.SetMatrix(matrix.ravel().tolist())
-    truth.SetTranslation((6.0, -5.0, 6.0))  # |t| ~ 10 mm
+    truth.SetTranslation(tuple(translation_lps_mm))
     truth.SetCenter((RAS_TO_LPS @ centre_ras).tolist())
 
     moving_shape = (96, 110, 92)
     moving_affine = oblique_affine([2.2, 2.2, 2.2], [4, -3, 5], [0, 0, 0])
     moving_affine[:3, 3] = centre_ras - moving_affine[:3, :3] @ ((np.array(moving_shape) - 1) / 2)
     moved = resample_to_grid(fixed, fixed_affine, truth.GetInverse(), moving_affine, moving_shape)
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(seed)
     moving = np.where(moved > 0.05, 1000.0 * (1.2 - moved), -1000.0) + rng.normal(0.0, 20.0, moving_shape)
 
     brain = np.argwhere(fixed > 0.3 * fixed.max())
@@ -174,44 +179,66 @@ def moved_head():
     return fixed, fixed_affine, moving.astype(np.float32), moving_affine, truth, brain_ras
 
 
-def test_registration_recovers_known_affine_within_1mm(moved_head):
-    fixed, fixed_affine, moving, moving_affine, truth, brain_ras = moved_head
-    result = register_affine(fixed, fixed_affine, moving, moving_affine, threads=1)
+@pytest.fixture(scope="module")
+def moved_head_8deg():
+    return moved_head([8, 0, -8], [6.0, -5.0, 6.0], 1.04)  # |t| ~ 10 mm
 
+
+def assert_recovered(case, **kwargs):
+    fixed, fixed_affine, moving, moving_affine, truth, brain_ras = case
+    result = register_affine(fixed, fixed_affine, moving, moving_affine, threads=1, **kwargs)
     error = np.linalg.norm(
         transform_points(result.transform, brain_ras) - transform_points(truth, brain_ras), axis=1
     )
     p95, worst = np.percentile(error, 95), error.max()
     assert worst < 1.0 and p95 < 1.0, f"registration error in brain: p95 {p95:.3f} mm, max {worst:.3f} mm"
+    return result
+
+
+def test_registration_recovers_known_affine_within_1mm(moved_head_8deg):
+    head = moved_head_8deg[0] > 0.05  # also exercises fixed_mask (the 15-degree test runs without)
+    result = assert_recovered(moved_head_8deg, fixed_mask=head)
     assert isinstance(result.transform, sitk.AffineTransform)
     assert result.metric < 0 and result.iterations > 0 and result.stop_condition
 
+    fixed, fixed_affine, moving, moving_affine, _, _ = moved_head_8deg
     registered = resample_to_grid(moving, moving_affine, result.transform, fixed_affine, fixed.shape)
-    head = fixed > 0.05
     # Inverted contrast: a good registration correlates strongly and negatively.
     assert masked_correlation(registered, fixed, head) < -0.9
 
 
-def test_registration_is_deterministic_single_threaded(moved_head):
-    fixed, fixed_affine, moving, moving_affine, _, _ = moved_head
-    runs = [register_affine(fixed, fixed_affine, moving, moving_affine, threads=1) for _ in range(2)]
+def test_registration_recovers_15deg_about_every_axis_and_20mm():
+    """Beyond what gradient descent alone recovers: needs the rotation search."""
+    assert_recovered(moved_head([15, -15, 15], [-20.0, 20.0, 20.0], 0.92, seed=4))
+
+
+def test_registration_is_deterministic_single_threaded(moved_head_8deg):
+    fixed, fixed_affine, moving, moving_affine, _, _ = moved_head_8deg
+    # Determinism does not depend on the pyramid, so use a cheap one-level run.
+    cheap = dict(shrink_factors=(4,), smoothing_sigmas_vox=(2,), iterations=50, threads=1)
+    runs = [register_affine(fixed, fixed_affine, moving, moving_affine, **cheap) for _ in range(2)]
     params = [np.array(r.transform.GetParameters() + r.transform.GetFixedParameters()) for r in runs]
     np.testing.assert_array_equal(params[0], params[1])
     assert runs[0].metric == runs[1].metric
 
 
-def test_registration_restores_sitk_thread_count(moved_head):
-    fixed, fixed_affine, _, _, _, _ = moved_head
+def test_registration_restores_sitk_thread_count():
+    fixed, fixed_affine = mni_t1_2mm()
     before = sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
-    register_affine(fixed, fixed_affine, fixed, fixed_affine, threads=1, shrink_factors=(4,),
-                    smoothing_sigmas_vox=(2,), iterations=2, rotation_search_deg=None)
+    register_affine(
+        fixed, fixed_affine, fixed, fixed_affine,
+        shrink_factors=(4,), smoothing_sigmas_vox=(2,), iterations=2, rotation_search_deg=None, threads=1,
+    )
     assert sitk.ProcessObject.GetGlobalDefaultNumberOfThreads() == before
 
 
-def test_registration_rejects_mismatched_pyramid():
+def test_registration_rejects_bad_input():
     data = np.zeros((8, 8, 8), np.float32)
     with pytest.raises(ValueError, match="one entry per level"):
         register_affine(data, np.eye(4), data, np.eye(4), shrink_factors=(4, 2), smoothing_sigmas_vox=(2,))
+    ramp = np.arange(512, dtype=np.float32).reshape(8, 8, 8)
+    with pytest.raises(ValueError, match="moving image is constant"):
+        register_affine(ramp, np.eye(4), data - 1000, np.eye(4))  # -1000 HU clips to a flat -200
 
 
 def test_transform_points_none_is_identity():
@@ -289,27 +316,32 @@ def test_montage_png_handles_200_volumes(tmp_path):
     template = sphere(shape, (6, 7, 5), 4)
     volumes = [(f"s{n}", template) for n in range(200)]
     path = tmp_path / "many.png"
-    montage_png(path, volumes, template, max_volumes=60)
+    montage_png(path, volumes, template, max_volumes=12)
     height, width = mpimg.imread(path).shape[:2]
     assert 0 < width < 2000 and 0 < height < 4000
 
 
-def test_montage_png_is_radiological_with_anterior_up(tmp_path):
-    """The template outline of a left-anterior blob is drawn right of and above a right-posterior one."""
+@pytest.mark.parametrize("flip_xy", [False, True], ids=["RAS-grid", "LPS-grid"])
+def test_montage_png_is_radiological_with_anterior_up(tmp_path, flip_xy):
+    """The outline of a left-anterior blob is drawn right of and above a right-posterior one."""
     shape = (40, 40, 30)
-    affine = reference_grid(2.0, shape, [0.0, 0.0, 0.0])  # RAS: +i = right, +j = anterior
+    affine = reference_grid(2.0, shape, [0.0, 0.0, 0.0])
+    if flip_xy:  # i runs towards the patient's left, j towards posterior
+        affine = np.diag([-1.0, -1.0, 1.0, 1.0]) @ affine
 
-    def outline_centre(centre_vox):
+    def outline_centre(centre_ras):
+        centre_vox = np.linalg.solve(affine[:3, :3], np.asarray(centre_ras) - affine[:3, 3])
         template = sphere(shape, centre_vox, 5)
-        path = tmp_path / f"blob_{centre_vox[0]}_{centre_vox[1]}.png"
+        path = tmp_path / f"blob_{centre_ras[0]}_{centre_ras[1]}.png"
         montage_png(path, [("blob", template)], template, affine=affine)
         rgb = mpimg.imread(path)[..., :3]
-        rows, cols = np.nonzero((rgb[..., 0] > 0.8) & (rgb[..., 1] < 0.6) & (rgb[..., 2] < 0.3))
+        reddish = rgb[..., 0] - rgb[..., 1:].max(axis=-1) > 0.3  # grey pixels have R = G = B
+        rows, cols = np.nonzero(reddish)
         assert rows.size > 0, "template outline not drawn"
         return rows.mean(), cols.mean()
 
-    left_anterior = outline_centre((8, 30, 15))  # low i = patient's left, high j = anterior
-    right_posterior = outline_centre((32, 10, 15))
+    left_anterior = outline_centre((-24.0, 20.0, 0.0))  # RAS: -x = left, +y = anterior
+    right_posterior = outline_centre((24.0, -20.0, 0.0))
     assert left_anterior[1] > right_posterior[1], "patient's left should be on the viewer's right"
     assert left_anterior[0] < right_posterior[0], "anterior should be up"
 

@@ -24,16 +24,31 @@ def demo(tmp_path_factory):
 
 def test_demo_metrics_have_every_measure(demo):
     metrics = json.loads((demo / "results/metrics/relict.json").read_text())
-    for measure in ("mae", "rmse", "ssim"):
-        e = metrics["ncct_demo"][measure]
-        assert set(e) >= {"threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic"}
-        assert e["n_synthetic"] == 9 and e["n_replicas"] == 4  # 5 replicas, one rated 2 (strong perturbation)
-        assert e["balanced_accuracy"] >= 0.75, (measure, e)
+    image_feature = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
+    assert set(metrics["ncct_demo"]) == image_feature | {"dice_binary", "asd_binary"}  # one class: no multiclass
+    assert set(metrics["tof_demo"]) == image_feature | {"dice_binary", "dice_multiclass", "asd_binary",
+                                                        "asd_multiclass"}
+    for dataset, n_syn, n_rep in (("ncct_demo", 9, 4), ("tof_demo", 8, 4)):
+        for measure, e in metrics[dataset].items():
+            assert set(e) >= {"threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic",
+                              "balanced_accuracy_ci_low", "balanced_accuracy_ci_high"}, (dataset, measure)
+            assert e["n_synthetic"] == n_syn and e["n_replicas"] == n_rep, (dataset, measure, e)
+            assert e["balanced_accuracy_ci_low"] <= e["balanced_accuracy"] + 1e-9
+    for measure in ("mae", "rmse", "ssim"):  # mild NCCT replicas are easy at image level
+        assert metrics["ncct_demo"][measure]["balanced_accuracy"] >= 0.75, metrics["ncct_demo"][measure]
+    assert "untrained" in metrics["ncct_demo"]["emb_cosine"]["extractor"]
+
+
+def test_tof_segmentation_level_ranks_anatomy_replicas_better_than_image_level(demo):
+    """RELICT's TOF-MRA finding: replicas share vessels, not background."""
+    metrics = json.loads((demo / "results/metrics/relict.json").read_text())["tof_demo"]
+    assert metrics["dice_multiclass"]["auc"] > metrics["rmse"]["auc"], metrics
+    assert metrics["dice_multiclass"]["auc"] == 1.0
 
 
 def test_demo_ranking_finds_the_source_of_mild_replicas(demo):
     truth = {r["id"]: r for r in read_tsv(demo / "results/synthetic/ncct_demo/synthetic.tsv")}
-    for measure in ("mae", "rmse", "ssim"):
+    for measure in ("mae", "rmse", "ssim", "emb_rmse"):
         rows = read_tsv(demo / f"results/relict/ncct_demo/ranking_{measure}.tsv")
         assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
         for r in rows:
@@ -46,7 +61,7 @@ def test_demo_ranking_finds_the_source_of_mild_replicas(demo):
 
 def test_demo_registration_qc_and_outputs(demo):
     qc = read_tsv(demo / "results/preprocessed/ncct_demo/qc.tsv")
-    assert len(qc) == 14
+    assert len(qc) == 14  # 7 patients x 2 scans
     assert all(float(r["correlation_to_template"]) > 0.7 for r in qc), qc
     for f in ("results/preprocessed/ncct_demo/qc_montage.png", "results/figures/ncct_demo/balanced_accuracy.png",
               "results/figures/ncct_demo/ratio_distribution.png", "results/plots/relict_sweep/ncct_demo__ssim.tsv",
@@ -109,6 +124,13 @@ def _user_dataset(tmp_path, layout):
     p = tiny_params()
     ds = p["datasets"].pop("ncct_demo")
     ds.pop("demo")
+    if layout == "nnunet":  # label maps supplied by the user for both sets
+        ds["segmentation"] = {"source": "labels", "classes": ["structure"], "synthetic_labels": str(syn / "labels")}
+        for f in sorted(syn.glob("gen_*.nii.gz")):
+            v = nib.load(f).get_fdata()
+            save_volume(syn / "labels" / f.name, (v > v.mean()).astype(np.uint8), AFFINE)
+    else:
+        ds.pop("segmentation")
     if layout == "nnunet":
         ds["source"], ds["nnunet_dir"] = "nnunet", str(data)
     else:
@@ -128,12 +150,17 @@ def _user_dataset(tmp_path, layout):
 def test_user_folder_of_registered_nifti(tmp_path, layout):
     wd, _ = _user_dataset(tmp_path, layout)
     snakemake(wd, "relict_all")
-    for measure in ("mae", "rmse", "ssim"):
+    metrics = json.loads((wd / "results/metrics/relict.json").read_text())
+    expected = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
+    if layout == "nnunet":
+        expected |= {"dice_binary", "asd_binary"}
+    assert set(metrics["mydata"]) == expected
+    assert "untrained" in metrics["mydata"]["emb_rmse"]["extractor"]
+    for measure in sorted(expected):
         rows = {r["synthetic_id"]: r for r in read_tsv(wd / f"results/relict/mydata/ranking_{measure}.tsv")}
         assert rows["gen_a"]["closest_training_id"] == "pat0_s1"
         assert rows["gen_b"]["closest_training_id"] == "pat2_s0"
         assert {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"1", "2"}
-    metrics = json.loads((wd / "results/metrics/relict.json").read_text())
     assert metrics["mydata"]["rmse"]["balanced_accuracy"] == 1.0
     assert metrics["mydata"]["rmse"]["n_closest_used"] == 3
 

@@ -29,8 +29,21 @@ def tiny_params() -> dict:
     pre["registration"]["iterations"] = 100
     sp = ds["synthetic"]["spiked"]
     sp["n_replicas"], sp["n_nonreplicas"] = 5, 4
+    unet = ds["segmentation"]["unet"]
+    unet.update(epochs=3, patch_size=[24, 24, 24], batch_size=2, channels=[8, 16, 32])
+    tof = p["datasets"]["tof_demo"]
+    tof["demo"].update(n_subjects=10, n_heldout_subjects=4)  # RELICT's 128 x 128 x 32 grid: small already
+    tof["synthetic"]["spiked"].update(n_replicas=4, n_nonreplicas=4)
     p["relict"]["n_closest"] = 4
+    p["relict"]["evaluation"]["bootstrap"]["n"] = 200
     return p
+
+
+def ncct_only(params: dict) -> dict:
+    """The tiny configuration with the NCCT demo alone (faster, for tests about one dataset)."""
+    params = copy.deepcopy(params)
+    params["datasets"].pop("tof_demo")
+    return params
 
 
 def write_params(workdir: Path, params: dict) -> Path:

@@ -28,6 +28,27 @@ rule demo_patient:
         "../scripts/demo_patient.py"
 
 
+rule demo_tof_subject:
+    output:
+        image="results/cohort/{dataset}/images/{subject}.nii.gz",
+        label="results/cohort/{dataset}/labels/{subject}.nii.gz",
+        truth="results/cohort/{dataset}/truth/{subject}.json",
+    log:
+        "logs/demo_tof_subject/{dataset}/{subject}.log",
+    params:
+        demo=lambda wc: config["datasets"][wc.dataset]["demo"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        dataset=_alternatives(TOF_DATASETS),
+        subject=r"s\d+",
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/demo_tof_subject.py"
+
+
 rule dataset_manifest:
     input:
         lambda wc: [raw_image_path(wc.dataset, s.id) for s in plan(wc).scans],

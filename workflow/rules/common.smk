@@ -6,6 +6,7 @@ import re
 from snakemake.exceptions import WorkflowError
 
 from synthaudit.config import ParamsError, validate_params
+from synthaudit.relict import levels as measure_levels
 from synthaudit.sources import SourceError, plan_dataset
 
 try:
@@ -16,9 +17,33 @@ except (ParamsError, SourceError) as e:
 
 DATASETS = list(PLANS)
 DEMO_DATASETS = [d for d in DATASETS if config["datasets"][d]["source"] == "demo_ncct"]
+TOF_DATASETS = [d for d in DATASETS if config["datasets"][d]["source"] == "demo_tof"]
 SPIKED_DATASETS = [d for d in DATASETS if config["datasets"][d]["synthetic"]["source"] == "spiked"]
+PERTURBED_DATASETS = [d for d in SPIKED_DATASETS if d not in TOF_DATASETS]
 IMPORTED_DATASETS = [d for d in DATASETS if d not in SPIKED_DATASETS]
 MEASURES = list(config["relict"]["measures"])
+SEG_DATASETS = [d for d in DATASETS if config["datasets"][d].get("segmentation")]
+
+
+def measures_of(dataset):
+    """The measures that apply to a dataset: segmentation level only with a segmentation
+    block, multiclass variants only with more than one class."""
+    seg = config["datasets"][dataset].get("segmentation")
+    out = []
+    for m in MEASURES:
+        level = measure_levels.get(m).level
+        if level == "segmentation" and not seg:
+            continue
+        if m.endswith("_multiclass") and len(seg["classes"]) < 2:
+            continue
+        out.append(m)
+    return out
+
+
+MEASURES_BY_DS = {d: measures_of(d) for d in DATASETS}
+IMAGE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "image"]
+FEATURE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "feature"]
+SEG_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "segmentation"]
 
 
 def _alternatives(names):
@@ -29,6 +54,7 @@ def _alternatives(names):
 wildcard_constraints:
     dataset=_alternatives(DATASETS),
     measure=_alternatives(MEASURES),
+    split="train|synthetic",
     scan=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
@@ -121,3 +147,53 @@ def spiked_row(wildcards):
 
 def spiked_source(wildcards):
     return f"results/preprocessed/{wildcards.dataset}/images/{spiked_row(wildcards)['source_id']}.nii.gz"
+
+
+def seg_label_path(dataset, vid, synthetic):
+    """The label map a segmentation-level measure uses for one volume."""
+    source = config["datasets"][dataset]["segmentation"]["source"]
+    if source == "labels":
+        kind = "synthetic" if synthetic else "preprocessed"
+        return f"results/{kind}/{dataset}/labels/{vid}.nii.gz"
+    return f"results/segmentation/{dataset}/labels/{vid}.nii.gz"
+
+
+def seg_labels(dataset, split):
+    ids = [v.id for v in PLANS[dataset].synthetic] if split == "synthetic" else [s.id for s in PLANS[dataset].train]
+    return [seg_label_path(dataset, i, split == "synthetic") for i in ids]
+
+
+def volume_image(dataset, vid):
+    """Preprocessed image of a real scan or a synthetic volume, by id."""
+    if vid in {v.id for v in PLANS[dataset].synthetic}:
+        return f"results/synthetic/{dataset}/images/{vid}.nii.gz"
+    return f"results/preprocessed/{dataset}/images/{vid}.nii.gz"
+
+
+def split_images(dataset, split):
+    if split == "synthetic":
+        return synthetic_images(dataset)
+    return preprocessed_images(dataset, role="train")
+
+
+def user_synthetic_label(wildcards):
+    """A user's label file for a synthetic volume: from the manifest, or the labels folder."""
+    vol = plan(wildcards).synthetic_volume(wildcards.syn)
+    if vol.label:
+        return vol.label
+    folder = ds_cfg(wildcards)["segmentation"].get("synthetic_labels")
+    if not folder:
+        raise WorkflowError(f"dataset {wildcards.dataset}: segmentation.source is labels but synthetic "
+                            f"volume {wildcards.syn} has no label (give segmentation.synthetic_labels)")
+    return f"{folder}/{wildcards.syn}.nii.gz"
+
+
+def nnunet_prediction(wildcards):
+    nn = ds_cfg(wildcards)["segmentation"]["nnunet"]
+    folder = nn["predictions"] or f"results/segmentation/{wildcards.dataset}/nnunet_predictions"
+    return f"{folder}/{wildcards.vid}.nii.gz"
+
+
+def all_volume_ids(dataset):
+    """Training and synthetic volume ids: what a segmentation model must label."""
+    return [s.id for s in PLANS[dataset].train] + [v.id for v in PLANS[dataset].synthetic]

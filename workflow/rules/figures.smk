@@ -5,7 +5,8 @@ rule figure_relict:
     input:
         summary="results/relict/{dataset}/evaluation.json",
         scores="results/relict/{dataset}/ratios_with_rating.tsv",
-        sweeps=expand("results/plots/relict_sweep/{{dataset}}__{measure}.tsv", measure=MEASURES),
+        sweeps=lambda wc: [f"results/plots/relict_sweep/{wc.dataset}__{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        metrics="results/metrics/relict.json",
     output:
         balanced_accuracy=report(
             "results/figures/{dataset}/balanced_accuracy.png",
@@ -22,7 +23,7 @@ rule figure_relict:
     log:
         "logs/figure_relict/{dataset}.log",
     params:
-        measures=MEASURES,
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
     threads: 1
     resources:
         mem_mb=1000,
@@ -58,5 +59,5 @@ rule ranking_report:
 rule figures_all:
     input:
         [f"results/figures/{d}/balanced_accuracy.png" for d in RATED_DATASETS],
-        [f"results/figures/{d}/ranking_{m}.html" for d in DATASETS for m in MEASURES],
+        [f"results/figures/{d}/ranking_{m}.html" for d in DATASETS for m in MEASURES_BY_DS[d]],
         [f"results/preprocessed/{d}/qc_montage.png" for d in DATASETS],

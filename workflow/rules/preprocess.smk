@@ -84,7 +84,7 @@ rule preprocess_qc:
         "logs/preprocess_qc/{dataset}.log",
     params:
         ids=lambda wc: [s.id for s in plan(wc).scans],
-        min_correlation=lambda wc: ds_cfg(wc)["preprocess"]["registration"]["qc_min_correlation"],
+        min_correlation=lambda wc: ds_cfg(wc)["preprocess"].get("registration", {}).get("qc_min_correlation"),
     threads: 1
     resources:
         mem_mb=3000,

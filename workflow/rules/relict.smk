@@ -1,6 +1,7 @@
-# RELICT image level (paper 2.3.1, 2.4, 2.7): all-pairs measures between every
-# synthetic and every training volume, the distance ratio, ranking, and evaluation
-# against the rating. One job per measure so benchmark files give Table 2's runtimes.
+# RELICT (paper 2.3, 2.4, 2.7): all-pairs measures between every synthetic and every
+# training volume at image, feature and segmentation level; the distance ratio (or the
+# absolute distance at segmentation level), ranking, and evaluation against the rating.
+# One job per measure so benchmark files give Table 2's runtimes.
 
 rule relict_measure:
     input:
@@ -21,10 +22,62 @@ rule relict_measure:
     threads: 2
     resources:
         mem_mb=8000,
+    wildcard_constraints:
+        measure=_alternatives(IMAGE_MEASURES),
     conda:
         "../../envs/relict.yaml"
     script:
         "../scripts/relict_measure.py"
+
+
+rule relict_feature_measure:
+    input:
+        synthetic="results/features/{dataset}/synthetic.npz",
+        training="results/features/{dataset}/train.npz",
+    output:
+        "results/relict/{dataset}/measures/{measure}.npz",
+    log:
+        "logs/relict_feature_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_measure/{dataset}/{measure}.tsv"
+    params:
+        extractor=config["relict"]["features"]["extractor"],
+    threads: 2
+    resources:
+        mem_mb=4000,
+    wildcard_constraints:
+        measure=_alternatives(FEATURE_MEASURES),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_feature_measure.py"
+
+
+rule relict_segmentation_measure:
+    input:
+        synthetic=lambda wc: seg_labels(wc.dataset, "synthetic"),
+        training=lambda wc: seg_labels(wc.dataset, "train"),
+        grid="results/preprocessed/{dataset}/grid.json",
+    output:
+        "results/relict/{dataset}/measures/{measure}.npz",
+    log:
+        "logs/relict_segmentation_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_measure/{dataset}/{measure}.tsv"
+    params:
+        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
+    threads: 1
+    resources:
+        mem_mb=8000,
+    wildcard_constraints:
+        dataset=_alternatives(SEG_DATASETS),
+        measure=_alternatives(SEG_MEASURES),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_segmentation_measure.py"
 
 
 rule relict_ratio:
@@ -45,18 +98,42 @@ rule relict_ratio:
         "../scripts/relict_ratio.py"
 
 
+rule relict_evaluate_measure:
+    input:
+        ranking="results/relict/{dataset}/ranking_{measure}.tsv",
+        ratings=lambda wc: ratings_file(wc.dataset),
+    output:
+        summary="results/relict/{dataset}/evaluation/{measure}.json",
+        sweep="results/plots/relict_sweep/{dataset}__{measure}.tsv",
+    log:
+        "logs/relict_evaluate_measure/{dataset}/{measure}.log",
+    params:
+        evaluation=config["relict"]["evaluation"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives(RATED_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_evaluate_measure.py"
+
+
 rule relict_evaluate:
     input:
-        rankings=expand("results/relict/{dataset}/ranking_{measure}.tsv", measure=MEASURES, allow_missing=True),
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        summaries=lambda wc: [
+            f"results/relict/{wc.dataset}/evaluation/{m}.json" for m in MEASURES_BY_DS[wc.dataset]
+        ],
         ratings=lambda wc: ratings_file(wc.dataset),
     output:
         summary="results/relict/{dataset}/evaluation.json",
-        sweeps=expand("results/plots/relict_sweep/{{dataset}}__{measure}.tsv", measure=MEASURES),
         scores="results/relict/{dataset}/ratios_with_rating.tsv",
     log:
         "logs/relict_evaluate/{dataset}.log",
     params:
-        measures=MEASURES,
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
         evaluation=config["relict"]["evaluation"],
     threads: 1
     resources:
@@ -72,7 +149,8 @@ rule relict_evaluate:
 rule relict_metrics:
     input:
         evaluations=[f"results/relict/{d}/evaluation.json" for d in RATED_DATASETS],
-        rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in DATASETS for m in MEASURES],
+        rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in DATASETS for m in MEASURES_BY_DS[d]],
+        features=[f"results/features/{d}/synthetic.npz" for d in DATASETS if FEATURE_MEASURES],
     output:
         "results/metrics/relict.json",
     log:
@@ -80,7 +158,7 @@ rule relict_metrics:
     params:
         datasets=DATASETS,
         rated=RATED_DATASETS,
-        measures=MEASURES,
+        measures=MEASURES_BY_DS,
         n_closest=config["relict"]["n_closest"],
     threads: 1
     resources:

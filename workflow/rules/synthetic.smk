@@ -17,11 +17,60 @@ rule spike_volume:
     resources:
         mem_mb=2000,
     wildcard_constraints:
-        dataset=_alternatives(SPIKED_DATASETS),
+        dataset=_alternatives(PERTURBED_DATASETS),
     conda:
         "../../envs/imaging.yaml"
     script:
         "../scripts/spike_volume.py"
+
+
+rule spike_label:
+    input:
+        image=spiked_source,
+        label=lambda wc: spiked_source(wc).replace("/images/", "/labels/"),
+    output:
+        label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
+    log:
+        "logs/spike_label/{dataset}/{syn}.log",
+    params:
+        row=spiked_row,
+        perturbation=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["perturbation"],
+        seed=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["seed"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        dataset=_alternatives(PERTURBED_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/spike_label.py"
+
+
+rule spike_tof_volume:
+    input:
+        heldout=lambda wc: [] if spiked_row(wc)["kind"] == "replica" else spiked_source(wc),
+        heldout_label=lambda wc: [] if spiked_row(wc)["kind"] == "replica" else spiked_source(wc).replace(
+            "/images/", "/labels/"
+        ),
+    output:
+        image="results/synthetic/{dataset}/images/{syn}.nii.gz",
+        label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
+    log:
+        "logs/spike_tof_volume/{dataset}/{syn}.log",
+    params:
+        row=spiked_row,
+        demo=lambda wc: ds_cfg(wc)["demo"],
+        seed=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["seed"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        dataset=_alternatives(TOF_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/spike_tof_volume.py"
 
 
 rule import_synthetic:
@@ -41,6 +90,27 @@ rule import_synthetic:
         "../../envs/imaging.yaml"
     script:
         "../scripts/import_synthetic.py"
+
+
+rule import_synthetic_label:
+    input:
+        label=user_synthetic_label,
+        grid="results/preprocessed/{dataset}/grid.json",
+    output:
+        label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
+    log:
+        "logs/import_synthetic_label/{dataset}/{syn}.log",
+    params:
+        n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives(IMPORTED_DATASETS),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/import_synthetic_label.py"
 
 
 rule synthetic_table:

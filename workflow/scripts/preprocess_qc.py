@@ -12,7 +12,7 @@ with logged(snakemake.log[0]) as log:
             "stop_condition", "file"]
     write_tsv(snakemake.output.table, rows, cols)
     failed = [r["id"] for r in rows if r.get("qc_pass") is False]
-    if failed:
+    if failed and snakemake.params.min_correlation is not None:
         log.warning("QC: %d scan(s) below correlation %.2f with the template: %s",
                     len(failed), snakemake.params.min_correlation, failed)
     template, _ = load_volume(snakemake.input.template_roi)

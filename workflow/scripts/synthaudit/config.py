@@ -83,36 +83,43 @@ def validate_params(params: dict, schema: dict | None = None, source: str = "par
 def _cross_field_problems(params: dict) -> list[str]:
     out = []
     for name, ds in params["datasets"].items():
+        where = f"datasets.{name}"
         demo = ds.get("demo")
-        if ds["source"] == "demo_ncct" and demo:
-            if demo["n_heldout_patients"] >= demo["n_patients"]:
-                out.append(
-                    f"datasets.{name}.demo.n_heldout_patients: {demo['n_heldout_patients']} must be "
-                    f"smaller than n_patients ({demo['n_patients']})"
-                )
+        if ds["source"] == "demo_ncct" and demo["n_heldout_patients"] >= demo["n_patients"]:
+            out.append(f"{where}.demo.n_heldout_patients: {demo['n_heldout_patients']} must be smaller "
+                       f"than n_patients ({demo['n_patients']})")
+        if ds["source"] == "demo_tof" and demo["n_heldout_subjects"] >= demo["n_subjects"]:
+            out.append(f"{where}.demo.n_heldout_subjects: {demo['n_heldout_subjects']} must be smaller "
+                       f"than n_subjects ({demo['n_subjects']})")
+        if ds["source"] == "demo_ncct":
+            for key in ("radius_mm", "hu", "followup_growth"):
+                if demo["lesion"][key][0] > demo["lesion"][key][1]:
+                    out.append(f"{where}.demo.lesion.{key}: lower bound above upper bound")
         pre = ds["preprocess"]
-        reg = pre["registration"]
-        if len(reg["shrink_factors"]) != len(reg["smoothing_sigmas_vox"]):
+        reg = pre.get("registration")
+        if reg and len(reg["shrink_factors"]) != len(reg["smoothing_sigmas_vox"]):
             out.append(
-                f"datasets.{name}.preprocess.registration: shrink_factors and smoothing_sigmas_vox "
-                f"need one entry per level (got {len(reg['shrink_factors'])} and "
-                f"{len(reg['smoothing_sigmas_vox'])})"
-            )
+                f"{where}.preprocess.registration: shrink_factors and smoothing_sigmas_vox need one entry "
+                f"per level (got {len(reg['shrink_factors'])} and {len(reg['smoothing_sigmas_vox'])})")
         win = pre["intensity"]["window"]
         if win is not None and not win[0] < win[1]:
-            out.append(f"datasets.{name}.preprocess.intensity.window: lower {win[0]} must be < upper {win[1]}")
+            out.append(f"{where}.preprocess.intensity.window: lower {win[0]} must be < upper {win[1]}")
         if win is None and pre["intensity"]["rescale"]:
-            out.append(f"datasets.{name}.preprocess.intensity.rescale: true needs a window to rescale")
-        for key in ("radius_mm", "hu", "followup_growth"):
-            if demo and demo["lesion"][key][0] > demo["lesion"][key][1]:
-                out.append(f"datasets.{name}.demo.lesion.{key}: lower bound above upper bound")
-        if ds["source"] in ("manifest", "nnunet") and ds["synthetic"]["source"] == "spiked":
+            out.append(f"{where}.preprocess.intensity.rescale: true needs a window to rescale")
+        syn = ds["synthetic"]
+        if syn["source"] == "spiked":
             if ds["source"] == "nnunet":
-                out.append(
-                    f"datasets.{name}.synthetic.source: 'spiked' needs held-out scans, which an nnU-Net "
-                    "dataset does not declare; use a manifest with role 'heldout', or synthetic.source "
-                    "folder/manifest"
-                )
+                out.append(f"{where}.synthetic.source: 'spiked' needs held-out scans, which an nnU-Net dataset "
+                           "does not declare; use a manifest with role 'heldout', or synthetic.source "
+                           "folder/manifest")
+            if ds["source"] != "demo_tof" and "perturbation" not in syn["spiked"]:
+                out.append(f"{where}.synthetic.spiked: 'perturbation' is required (only the TOF demo "
+                           "builds replicas without it)")
+        if ds["source"] == "demo_tof" and syn["source"] == "spiked" and ds["preprocess"]["register"]:
+            out.append(f"{where}.preprocess.register: the TOF demo is drawn on its grid; set it to false")
+        seg = ds.get("segmentation")
+        if seg and seg["source"] == "nnunet" and not (seg["nnunet"]["predictions"] or seg["nnunet"]["command"]):
+            out.append(f"{where}.segmentation.nnunet: give predictions (a folder) or command")
     return out
 
 

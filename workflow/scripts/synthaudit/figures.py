@@ -24,51 +24,80 @@ def _save(fig, path) -> None:
     plt.close(fig)
 
 
-def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[str, dict], title: str) -> None:
-    """Balanced accuracy against the ratio threshold, one panel per measure (RELICT Figure 5)."""
+def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[str, dict], title: str,
+                             notes: dict[str, str] | None = None) -> None:
+    """Balanced accuracy against the threshold, one panel per measure (RELICT Figure 5).
+
+    Image and feature measures are thresholded on the distance ratio, segmentation
+    measures on the absolute distance (RELICT 2.4); ``notes`` adds a line to a panel's
+    title (e.g. the feature extractor, "untrained").
+    """
+    from .relict import levels
+
+    notes = notes or {}
     n = len(sweeps)
-    fig, axes = plt.subplots(1, n, figsize=(4.2 * n, 3.6), squeeze=False, sharey=True)
-    for ax, (measure, rows) in zip(axes[0], sweeps.items()):
-        t = np.array([r["threshold"] for r in rows], float)
-        ba = np.array([r["balanced_accuracy"] for r in rows], float)
+    ncols = min(n, 3)
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.5 * nrows), squeeze=False, sharey=True)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax, (measure, rows) in zip(axes.flat, sweeps.items()):
+        m = levels.get(measure)
+        t = np.array([float(r["threshold"]) for r in rows], float)
+        ba = np.array([float(r["balanced_accuracy"]) for r in rows], float)
         ax.plot(t, ba, color="#2166ac", lw=1.8)
         opt = optima[measure]
-        if opt["threshold"] is not None and np.isfinite(opt["balanced_accuracy"]):
+        if opt.get("threshold") is not None and opt.get("balanced_accuracy") is not None:
             ax.axvline(opt["threshold"], color="#b2182b", ls="--", lw=1)
             ax.annotate(f"T={opt['threshold']:.2f}\nBA={opt['balanced_accuracy']:.2f}",
                         (opt["threshold"], opt["balanced_accuracy"]), textcoords="offset points",
                         xytext=(6, -28), fontsize=8, color="#b2182b")
-        ax.set_title(MEASURE_LABELS.get(measure, measure))
-        ax.set_xlabel("distance-ratio threshold")
+        ax.set_title(f"{m.label} ({m.level})" + (f"\n{notes[measure]}" if measure in notes else ""), fontsize=9)
+        ax.set_xlabel("distance-ratio threshold" if m.uses_ratio else f"distance threshold {m.unit}".strip())
         ax.set_ylim(0.0, 1.05)
         ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("balanced accuracy")
+    for row in axes:
+        row[0].set_ylabel("balanced accuracy")
     fig.suptitle(title)
+    fig.tight_layout()
     _save(fig, path)
 
 
 def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optima: dict[str, dict],
                               title: str) -> None:
-    """Distance ratios of all synthetic volumes per measure, coloured by the rating (consensus)."""
-    fig, ax = plt.subplots(figsize=(1.9 * len(measures) + 2.5, 4.0))
+    """Replica scores of all synthetic volumes per measure, coloured by the rating (consensus).
+
+    Scores are distance ratios (image, feature level) or absolute distances
+    (segmentation level, in their own units): one panel per kind.
+    """
+    from .relict import levels
+
+    groups = [("distance ratio (closest / mean of n closest)", [m for m in measures if levels.get(m).uses_ratio]),
+              ("absolute distance to the closest (segmentation)",
+               [m for m in measures if not levels.get(m).uses_ratio])]
+    groups = [g for g in groups if g[1]]
+    fig, axes = plt.subplots(1, len(groups), figsize=(sum(1.5 * len(g[1]) + 1.5 for g in groups) + 2.0, 4.2),
+                             squeeze=False)
     rng = np.random.default_rng(0)  # fixed jitter: the same figure on every run
-    for i, m in enumerate(measures):
-        for r in rows:
-            score = r.get("rating")
-            colour = "#999999" if score is None else LIKERT_COLOURS[int(round(float(score)))]
-            ax.scatter(i + rng.uniform(-0.18, 0.18), float(r[f"{m}_ratio"]), s=22, color=colour,
-                       edgecolor="black", linewidth=0.3, zorder=3)
-        opt = optima.get(m)
-        if opt and opt["threshold"] is not None:
-            ax.hlines(opt["threshold"], i - 0.3, i + 0.3, color="#b2182b", ls="--", lw=1, zorder=4)
-    ax.set_xticks(range(len(measures)), [MEASURE_LABELS.get(m, m) for m in measures])
-    ax.set_ylabel("distance ratio (closest / mean of n closest)")
+    for ax, (ylabel, group) in zip(axes[0], groups):
+        for i, m in enumerate(group):
+            for r in rows:
+                score = r.get("rating")
+                colour = "#999999" if score is None else LIKERT_COLOURS[int(round(float(score)))]
+                ax.scatter(i + rng.uniform(-0.18, 0.18), float(r[f"{m}_score"]), s=22, color=colour,
+                           edgecolor="black", linewidth=0.3, zorder=3)
+            opt = optima.get(m)
+            if opt and opt.get("threshold") is not None:
+                ax.hlines(opt["threshold"], i - 0.3, i + 0.3, color="#b2182b", ls="--", lw=1, zorder=4)
+        ax.set_xticks(range(len(group)), [levels.get(m).label for m in group], rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel(ylabel)
+        ax.grid(axis="y", alpha=0.3)
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, markeredgecolor="black", label=f"Likert {k}")
                for k, c in LIKERT_COLOURS.items()]
     handles.append(plt.Line2D([], [], color="#b2182b", ls="--", label="optimal threshold"))
-    ax.legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
-    ax.grid(axis="y", alpha=0.3)
-    ax.set_title(title)
+    axes[0][-1].legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.suptitle(title)
+    fig.tight_layout()
     _save(fig, path)
 
 

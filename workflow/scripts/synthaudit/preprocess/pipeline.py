@@ -87,7 +87,8 @@ def preprocess_image(image_path: str, pre: dict, grid: dict, template=None, temp
     if template_roi is not None:
         corr = masked_correlation(out, template_roi)
         qc["correlation_to_template"] = corr
-        qc["qc_pass"] = bool(corr >= pre["registration"]["qc_min_correlation"])
+        if pre["register"]:  # without registration the "template" is just the first training volume
+            qc["qc_pass"] = bool(corr >= pre["registration"]["qc_min_correlation"])
     return out, transform, qc
 
 

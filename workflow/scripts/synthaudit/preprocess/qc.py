@@ -14,11 +14,13 @@ import nibabel as nib
 import numpy as np
 from matplotlib.figure import Figure
 
-from synthaudit.io import atomic_path
+from synthaudit.io import atomic_path, spacing_from_affine
 
 # Size of one montage panel (inches) and resolution; with 60 volumes at 6 columns
-# this keeps the image below about 2,600 x 1,000 pixels.
+# this keeps an MNI-shaped montage near 800 x 2,900 pixels. The minimum width leaves
+# room for the title when there are only one or two volumes.
 _PANEL_IN = 1.8
+_MIN_WIDTH_IN = 4.0
 _DPI = 72
 _CONTOUR_COLOUR = "orangered"
 
@@ -115,7 +117,10 @@ def montage_png(
     axial_h = ny * spacing[1] / (nx * spacing[0])
     coronal_h = nz * spacing[2] / (nx * spacing[0])
 
-    fig = Figure(figsize=(cols * _PANEL_IN, rows * (axial_h + coronal_h) * _PANEL_IN + 0.8))
+    fig = Figure(
+        figsize=(max(cols * _PANEL_IN, _MIN_WIDTH_IN), rows * (axial_h + coronal_h) * _PANEL_IN + 0.8),
+        layout="constrained",
+    )
     axes = fig.subplots(
         2 * rows, cols, squeeze=False, gridspec_kw={"height_ratios": [axial_h, coronal_h] * rows}
     )
@@ -134,18 +139,20 @@ def montage_png(
             template_slices,
             (spacing[1] / spacing[0], spacing[2] / spacing[0]),
         ):
-            ax.imshow(image, cmap="gray", vmin=vmin, vmax=vmax, origin="lower", aspect=aspect, interpolation="nearest")
+            ax.imshow(
+                image, cmap="gray", vmin=vmin, vmax=vmax, origin="lower", aspect=aspect, interpolation="nearest"
+            )
             if outline.min() < threshold < outline.max():
                 # Without X/Y, contour puts outline[r, c] at (c, r): the same pixel
                 # centres as imshow(origin="lower").
-                ax.contour(outline, levels=[threshold], colors=_CONTOUR_COLOUR, linewidths=0.6)
+                ax.contour(outline, levels=[threshold], colors=_CONTOUR_COLOUR, linewidths=0.8)
         axes[row, col].set_title(vol_id, fontsize=7)
 
     lines = [title] if title else []
-    lines.append(
-        "axial (anterior up) over coronal (superior up); radiological: patient's left on the right; "
-        f"{_CONTOUR_COLOUR}: template outline"
-    )
+    lines += [
+        "axial (anterior up) over coronal (superior up)",
+        f"radiological: patient's left on the right; {_CONTOUR_COLOUR}: template outline",
+    ]
     if len(volumes) > len(shown):
         lines.append(f"showing the first {len(shown)} of {len(volumes)} volumes")
     fig.suptitle("\n".join(lines), fontsize=8)
@@ -167,10 +174,9 @@ def _mid_slices(vol: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _to_ras(vol: np.ndarray, affine: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Flip/permute array axes to the closest RAS orientation; return it and its spacing."""
-    ornt = nib.orientations.io_orientation(affine)
-    to_ras = nib.orientations.ornt_transform(ornt, nib.orientations.axcodes2ornt("RAS"))
-    spacing = np.sqrt((np.asarray(affine)[:3, :3] ** 2).sum(axis=0))
-    return nib.orientations.apply_orientation(vol, to_ras), spacing[ornt[:, 0].astype(int).argsort()]
+    ornt = nib.orientations.io_orientation(affine)  # input axis -> (RAS axis, flip)
+    spacing = spacing_from_affine(affine)
+    return nib.orientations.apply_orientation(vol, ornt), spacing[ornt[:, 0].astype(int).argsort()]
 
 
 def _otsu_threshold(vol: np.ndarray, bins: int = 256) -> float:

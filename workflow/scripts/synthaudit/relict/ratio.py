@@ -84,7 +84,7 @@ def distance_ratio(distances: np.ndarray, n: int, *, warn: Callable[[str], None]
 
 
 def ranking_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], result: RatioResult,
-                 measure: str) -> list[dict]:
+                 measure: str, use_ratio: bool = True) -> list[dict]:
     """Rank synthetic volumes from most to least likely replica.
 
     Args:
@@ -92,12 +92,14 @@ def ranking_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], resu
         training_ids: Ids in its column order.
         result: Output of :func:`distance_ratio`.
         measure: Measure name, for error messages.
+        use_ratio: The replica score is the ratio (image and feature level); False:
+            the absolute distance to the closest volume (segmentation level, RELICT 2.4).
 
     Returns:
         One dict per synthetic volume, sorted by rank, with keys ``synthetic_id,
-        closest_training_id, distance, mean_n_closest, ratio, n_used, rank``. Rank 1
-        is the smallest ratio; equal ratios are ordered by synthetic id, so the
-        ranking does not depend on the input order.
+        closest_training_id, distance, mean_n_closest, ratio, score, n_used, rank``.
+        Rank 1 is the smallest score; equal scores are ordered by synthetic id, so
+        the ranking does not depend on the input order.
     """
     n_synthetic = len(result.ratio)
     if len(synthetic_ids) != n_synthetic:
@@ -105,7 +107,8 @@ def ranking_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], resu
     if n_synthetic and result.closest.max() >= len(training_ids):
         raise ValueError(f"{measure}: closest training index {result.closest.max()} but only "
                          f"{len(training_ids)} training ids")
-    order = np.lexsort((np.asarray(synthetic_ids, dtype=str), result.ratio))
+    score = result.ratio if use_ratio else result.closest_distance
+    order = np.lexsort((np.asarray(synthetic_ids, dtype=str), score))
     return [
         {
             "synthetic_id": synthetic_ids[i],
@@ -113,6 +116,7 @@ def ranking_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], resu
             "distance": float(result.closest_distance[i]),
             "mean_n_closest": float(result.mean_n_closest[i]),
             "ratio": float(result.ratio[i]),
+            "score": float(score[i]),
             "n_used": int(result.n_used),
             "rank": rank,
         }

@@ -11,21 +11,21 @@ import numpy as np
 from ..io import read_tsv
 from .evaluate import evaluate_measure
 
-RANKING_COLUMNS = ["synthetic_id", "closest_training_id", "distance", "mean_n_closest", "ratio", "n_used",
-                   "rank"]
+RANKING_COLUMNS = ["synthetic_id", "closest_training_id", "distance", "mean_n_closest", "ratio", "score",
+                   "n_used", "rank"]
 
 
 def read_ranking(path) -> list[dict]:
     rows = read_tsv(path)
     for r in rows:
-        for k in ("distance", "mean_n_closest", "ratio"):
+        for k in ("distance", "mean_n_closest", "ratio", "score"):
             r[k] = float(r[k])
         r["rank"], r["n_used"] = int(r["rank"]), int(r["n_used"])
     return rows
 
 
 def evaluate_dataset(rankings: dict[str, list[dict]], consensus: dict[str, dict], step: float):
-    """Evaluate every measure's ratio against the consensus rating.
+    """Evaluate every measure's replica score (ratio, or absolute distance) against the rating.
 
     Synthetic volumes without a rating are left out of the evaluation (and counted).
     Returns ``(summary, sweeps, joined_rows)``.
@@ -33,7 +33,7 @@ def evaluate_dataset(rankings: dict[str, list[dict]], consensus: dict[str, dict]
     summary, sweeps, joined = {}, {}, {}
     for measure, rows in rankings.items():
         rated = [r for r in rows if r["synthetic_id"] in consensus]
-        ratios = np.array([r["ratio"] for r in rated], float)
+        ratios = np.array([r["score"] for r in rated], float)
         truth = np.array([consensus[r["synthetic_id"]]["replica"] for r in rated], bool)
         result = evaluate_measure(ratios, truth, step)
         sweeps[measure] = result.pop("sweep")
@@ -44,6 +44,6 @@ def evaluate_dataset(rankings: dict[str, list[dict]], consensus: dict[str, dict]
             c = consensus.get(r["synthetic_id"])
             row["rating"] = None if c is None else c["score"]
             row["replica"] = None if c is None else int(c["replica"])
-            row[f"{measure}_ratio"] = r["ratio"]
+            row[f"{measure}_score"] = r["score"]
             row[f"{measure}_closest"] = r["closest_training_id"]
     return summary, sweeps, list(joined.values())

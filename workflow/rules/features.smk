@@ -1,0 +1,28 @@
+# Feature level (RELICT 2.3.2): one embedding file per dataset split, so feature-level
+# comparisons never touch the volumes again.
+
+
+rule embed:
+    input:
+        images=lambda wc: split_images(wc.dataset, wc.split),
+    output:
+        "results/features/{dataset}/{split}.npz",
+    log:
+        "logs/embed/{dataset}/{split}.log",
+    benchmark:
+        "benchmarks/embed/{dataset}/{split}.tsv"
+    params:
+        features=config["relict"]["features"],
+        ids=lambda wc: [p.split("/")[-1].removesuffix(".nii.gz") for p in split_images(wc.dataset, wc.split)],
+    threads: 2
+    resources:
+        mem_mb=6000,
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/embed.py"
+
+
+rule features_all:
+    input:
+        [f"results/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic") if FEATURE_MEASURES],

@@ -1,0 +1,325 @@
+# Review of the RELICT results (paper 2.2, 2.5, 3 and Table 2): runtime per measure,
+# agreement of the closest training volume between measures, the combined ranking,
+# Figure 6, the rating sheet for the raters, the import of their filled ratings,
+# thresholds tuned on a rating and the filter of later synthetic sets with them.
+# Measures per dataset: MEASURES_BY_DS; params: relict.review (params.yaml).
+
+from synthaudit.relict import levels as relict_levels
+
+REVIEW_CFG = config["relict"]["review"]
+# Table 2's extraction time of the segmentation level: the benchmark files of the jobs that
+# make the label maps (none when the user gives them: segmentation.source labels, or an
+# nnU-Net predictions folder); the U-Net's training is reported apart from the total.
+REVIEW_SEG_PREDICT = {
+    d: (
+        [f"benchmarks/segment_predict/{d}/{v}.tsv" for v in all_volume_ids(d)]
+        if config["datasets"][d]["segmentation"]["source"] == "unet"
+        else [f"benchmarks/segment_predict/{d}/nnunet.tsv"]
+        if config["datasets"][d]["segmentation"]["source"] == "nnunet"
+        and not (config["datasets"][d]["segmentation"].get("nnunet") or {}).get("predictions")
+        else []
+    )
+    for d in SEG_DATASETS
+    if relict_levels.by_level(MEASURES_BY_DS[d], "segmentation")
+}
+REVIEW_SEG_TRAIN = {
+    d: [f"benchmarks/segment_train_unet/{d}.tsv"]
+    for d in REVIEW_SEG_PREDICT
+    if config["datasets"][d]["segmentation"]["source"] == "unet"
+}
+
+
+rule table_runtime:
+    input:
+        compare=lambda wc: [f"benchmarks/relict_measure/{wc.dataset}/{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        embed=lambda wc: (
+            [f"benchmarks/embed/{wc.dataset}/{s}.tsv" for s in ("train", "synthetic")]
+            if relict_levels.by_level(MEASURES_BY_DS[wc.dataset], "feature")
+            else []
+        ),
+        segment=lambda wc: REVIEW_SEG_PREDICT.get(wc.dataset, []),
+        segment_training=lambda wc: REVIEW_SEG_TRAIN.get(wc.dataset, []),
+    output:
+        table="results/tables/{dataset}/runtime.tsv",
+        html=report(
+            "results/tables/{dataset}/runtime.html",
+            caption="../report/runtime.rst",
+            category="RELICT",
+            subcategory="tables",
+            labels={"dataset": "{dataset}", "table": "runtime per measure"},
+        ),
+    log:
+        "logs/table_runtime/{dataset}.log",
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+        segmentation_source=lambda wc: (config["datasets"][wc.dataset].get("segmentation") or {}).get("source"),
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/table_runtime.py"
+
+
+rule table_runtime_all:
+    input:
+        [f"results/tables/{d}/runtime.tsv" for d in DATASETS],
+    output:
+        table="results/tables/runtime.tsv",
+        html=report(
+            "results/tables/runtime.html",
+            caption="../report/runtime.rst",
+            category="RELICT",
+            subcategory="tables",
+            labels={"dataset": "all", "table": "runtime (Table 2)"},
+        ),
+    log:
+        "logs/table_runtime_all.log",
+    params:
+        datasets=DATASETS,
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/table_runtime.py"
+
+
+rule table_agreement:
+    input:
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        evaluation=lambda wc: (
+            f"results/relict/{wc.dataset}/evaluation.json" if wc.dataset in RATED_DATASETS else []
+        ),
+    output:
+        agreement_table="results/tables/{dataset}/closest_agreement.tsv",
+        agreement_json="results/relict/{dataset}/closest_agreement.json",
+        ranking_table="results/tables/{dataset}/combined_ranking.tsv",
+        ranking_html=report(
+            "results/tables/{dataset}/combined_ranking.html",
+            caption="../report/agreement.rst",
+            category="RELICT",
+            subcategory="tables",
+            labels={"dataset": "{dataset}", "table": "measures compared"},
+        ),
+    log:
+        "logs/table_agreement/{dataset}.log",
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+        reference_measure=REVIEW_CFG["reference_measure"],
+        rated=lambda wc: wc.dataset in RATED_DATASETS,
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/table_agreement.py"
+
+
+rule figure_closest:
+    input:
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        synthetic=lambda wc: synthetic_images(wc.dataset),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        grid="results/preprocessed/{dataset}/grid.json",
+    output:
+        figure=report(
+            "results/figures/{dataset}/closest_by_measure.png",
+            caption="../report/closest.rst",
+            category="RELICT",
+            subcategory="{dataset}",
+        ),
+        choice="results/figures/{dataset}/closest_by_measure.json",
+    log:
+        "logs/figure_closest/{dataset}.log",
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+        reference_measure=REVIEW_CFG["reference_measure"],
+        synthetic=REVIEW_CFG["figure6_synthetic"],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/figure_closest.py"
+
+
+rule rating_sheet_page:
+    input:
+        ranking=lambda wc: (
+            f"results/relict/{wc.dataset}/ranking_{REVIEW_CFG['rating_measure']}.tsv"
+            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
+            else f"results/relict/{wc.dataset}/ranking_{MEASURES_BY_DS[wc.dataset][0]}.tsv"
+        ),
+        synthetic=lambda wc: synthetic_images(wc.dataset),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        grid="results/preprocessed/{dataset}/grid.json",
+    output:
+        png=report(
+            "results/rating_sheet/{dataset}/{rank}.png",
+            caption="../report/rating_sheet.rst",
+            category="Rating sheet",
+            subcategory="{dataset}",
+            labels={"page": "rank {rank}"},
+        ),
+    log:
+        "logs/rating_sheet_page/{dataset}/{rank}.log",
+    params:
+        measure=lambda wc: (
+            REVIEW_CFG["rating_measure"]
+            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
+            else MEASURES_BY_DS[wc.dataset][0]
+        ),
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        rank=r"\d\d+",
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/rating_sheet.py"
+
+
+rule rating_sheet:
+    input:
+        ranking=lambda wc: (
+            f"results/relict/{wc.dataset}/ranking_{REVIEW_CFG['rating_measure']}.tsv"
+            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
+            else f"results/relict/{wc.dataset}/ranking_{MEASURES_BY_DS[wc.dataset][0]}.tsv"
+        ),
+        pages=lambda wc: [
+            f"results/rating_sheet/{wc.dataset}/{r:02d}.png"
+            for r in range(1, min(REVIEW_CFG["top_k"], len(PLANS[wc.dataset].synthetic)) + 1)
+        ],
+    output:
+        html=report(
+            "results/rating_sheet/{dataset}/index.html",
+            caption="../report/rating_sheet.rst",
+            category="Rating sheet",
+            subcategory="{dataset}",
+            labels={"page": "index"},
+        ),
+        template="results/rating_sheet/{dataset}/ratings_template.tsv",
+    log:
+        "logs/rating_sheet/{dataset}.log",
+    params:
+        measure=lambda wc: (
+            REVIEW_CFG["rating_measure"]
+            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
+            else MEASURES_BY_DS[wc.dataset][0]
+        ),
+        note=lambda wc: (
+            None
+            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
+            else f"{REVIEW_CFG['rating_measure']} is not computed for {wc.dataset}; ranked by {MEASURES_BY_DS[wc.dataset][0]}"
+        ),
+        raters=REVIEW_CFG["raters"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/rating_sheet.py"
+
+
+rule rating_import:
+    input:
+        ratings=lambda wc: ratings_file(wc.dataset),
+    output:
+        summary="results/ratings/{dataset}/agreement.json",
+        disagreements="results/ratings/{dataset}/disagreements.tsv",
+        html=report(
+            "results/ratings/{dataset}/agreement.html",
+            caption="../report/agreement.rst",
+            category="RELICT",
+            subcategory="tables",
+            labels={"dataset": "{dataset}", "table": "rater agreement"},
+        ),
+    log:
+        "logs/rating_import/{dataset}.log",
+    params:
+        synthetic_ids=lambda wc: [v.id for v in PLANS[wc.dataset].synthetic],
+        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
+    threads: 1
+    resources:
+        mem_mb=500,
+    wildcard_constraints:
+        dataset=_alternatives(RATED_DATASETS),
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/rating_import.py"
+
+
+rule tuned_thresholds:
+    input:
+        evaluation="results/relict/{dataset}/evaluation.json",
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+    output:
+        "results/relict/{dataset}/thresholds.json",
+    log:
+        "logs/tuned_thresholds/{dataset}.log",
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+    threads: 1
+    resources:
+        mem_mb=500,
+    wildcard_constraints:
+        dataset=_alternatives(RATED_DATASETS),
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/filter_synthetic.py"
+
+
+rule filter_synthetic:
+    input:
+        # no thresholds file when the source is not rated: the script then refuses, naming both datasets
+        thresholds=lambda wc: (
+            f"results/relict/{config['datasets'][wc.dataset].get('filter_with')}/thresholds.json"
+            if config["datasets"][wc.dataset].get("filter_with") in RATED_DATASETS
+            else []
+        ),
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in REVIEW_CFG["filter_measures"]],
+    output:
+        kept="results/filter/{dataset}/kept.tsv",
+        rejected="results/filter/{dataset}/rejected.tsv",
+        summary="results/filter/{dataset}/summary.json",
+    log:
+        "logs/filter_synthetic/{dataset}.log",
+    params:
+        source=lambda wc: config["datasets"][wc.dataset].get("filter_with"),
+        measures=REVIEW_CFG["filter_measures"],
+        datasets=DATASETS,
+        rated=RATED_DATASETS,
+    threads: 1
+    resources:
+        mem_mb=500,
+    wildcard_constraints:
+        dataset=_alternatives(FILTER_DATASETS),
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/filter_synthetic.py"
+
+
+rule review_all:
+    input:
+        "results/tables/runtime.tsv",
+        [f"results/tables/{d}/runtime.tsv" for d in DATASETS],
+        [f"results/tables/{d}/combined_ranking.tsv" for d in DATASETS],
+        [f"results/figures/{d}/closest_by_measure.png" for d in DATASETS],
+        [f"results/rating_sheet/{d}/index.html" for d in DATASETS],
+        [f"results/ratings/{d}/agreement.json" for d in RATED_DATASETS],
+        [f"results/relict/{d}/thresholds.json" for d in RATED_DATASETS],
+
+
+rule filter_all:
+    input:
+        [f"results/filter/{d}/summary.json" for d in FILTER_DATASETS],

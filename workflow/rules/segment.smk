@@ -1,0 +1,99 @@
+# Segmentation level (RELICT 2.3.3): label maps for the training and the synthetic
+# volumes from one source per dataset: a MONAI 3D U-Net trained here, an nnU-Net v2
+# model's predictions, or label files supplied by the user.
+
+
+rule segment_train_unet:
+    input:
+        images=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        labels=lambda wc: [p.replace("/images/", "/labels/") for p in preprocessed_images(wc.dataset, role="train")],
+    output:
+        model="results/segmentation/{dataset}/unet/model.pt",
+        history="results/segmentation/{dataset}/unet/history.tsv",
+    log:
+        "logs/segment_train_unet/{dataset}.log",
+    benchmark:
+        "benchmarks/segment_train_unet/{dataset}.tsv"
+    params:
+        unet=lambda wc: ds_cfg(wc)["segmentation"]["unet"],
+        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
+        checkpoint="results/segmentation/{dataset}/unet/checkpoint.pt",
+    threads: 2
+    resources:
+        mem_mb=8000,
+        gpu=1,
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/segment_train_unet.py"
+
+
+rule segment_predict_unet:
+    input:
+        model="results/segmentation/{dataset}/unet/model.pt",
+        image=lambda wc: volume_image(wc.dataset, wc.vid),
+    output:
+        label="results/segmentation/{dataset}/labels/{vid}.nii.gz",
+    log:
+        "logs/segment_predict_unet/{dataset}/{vid}.log",
+    benchmark:
+        "benchmarks/segment_predict/{dataset}/{vid}.tsv"
+    params:
+        patch_size=lambda wc: ds_cfg(wc)["segmentation"]["unet"]["patch_size"],
+    threads: 1
+    resources:
+        mem_mb=4000,
+    wildcard_constraints:
+        dataset=_alternatives([d for d in SEG_DATASETS if config["datasets"][d]["segmentation"]["source"] == "unet"]),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/segment_predict_unet.py"
+
+
+rule nnunet_predict:
+    input:
+        images=lambda wc: [volume_image(wc.dataset, v) for v in all_volume_ids(wc.dataset)],
+    output:
+        directory("results/segmentation/{dataset}/nnunet_predictions"),
+    log:
+        "logs/nnunet_predict/{dataset}.log",
+    benchmark:
+        "benchmarks/segment_predict/{dataset}/nnunet.tsv"
+    params:
+        command=lambda wc: ds_cfg(wc)["segmentation"]["nnunet"]["command"],
+        ids=lambda wc: all_volume_ids(wc.dataset),
+    threads: 2
+    resources:
+        mem_mb=8000,
+        gpu=1,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/nnunet_predict.py"
+
+
+rule import_nnunet_label:
+    input:
+        label=nnunet_prediction,
+        grid="results/preprocessed/{dataset}/grid.json",
+    output:
+        label="results/segmentation/{dataset}/labels/{vid}.nii.gz",
+    log:
+        "logs/import_nnunet_label/{dataset}/{vid}.log",
+    params:
+        n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives([d for d in SEG_DATASETS if config["datasets"][d]["segmentation"]["source"] == "nnunet"]),
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/import_synthetic_label.py"
+
+
+rule segment_all:
+    input:
+        [p for d in SEG_DATASETS for s in ("train", "synthetic") for p in seg_labels(d, s)],

@@ -1,0 +1,17 @@
+"""Snakemake adapter: a user's label map for a synthetic volume, checked against grid and classes."""
+
+import json
+
+import numpy as np
+
+from synthaudit.io import check_on_grid, load_volume, save_volume
+from synthaudit.logs import logged
+from synthaudit.segment.measures import check_labels
+
+with logged(snakemake.log[0]) as log:
+    grid = json.loads(open(snakemake.input.grid).read())
+    data, affine = load_volume(snakemake.input.label)
+    check_on_grid(snakemake.input.label, data, affine, grid, what="label")
+    check_labels(snakemake.input.label, data, list(range(1, snakemake.params.n_classes + 1)))
+    save_volume(snakemake.output.label, np.round(data), np.asarray(grid["affine"]), dtype=np.int16)
+    log.info("imported %s", snakemake.input.label)

@@ -1,0 +1,31 @@
+"""Snakemake adapter: train the in-workflow 3D U-Net on the training labels (resumable)."""
+
+import torch
+
+from synthaudit.io import load_volume, write_tsv
+from synthaudit.logs import logged
+from synthaudit.segment.measures import check_labels
+from synthaudit.segment.unet import save_model, train_unet
+
+with logged(snakemake.log[0]) as log:
+    torch.set_num_threads(snakemake.threads)
+    cfg = snakemake.params.unet
+    n_classes = len(snakemake.params.classes)
+    images = [load_volume(p)[0] for p in snakemake.input.images]
+    labels = []
+    for p in snakemake.input.labels:
+        lab = load_volume(p)[0]
+        check_labels(p, lab, list(range(1, n_classes + 1)))
+        labels.append(lab.astype("uint8"))
+
+    def progress(epoch, total, loss=None):
+        log.info("U-Net epoch %d/%d%s", epoch, total, "" if loss is None else f" loss {loss:.4f}")
+
+    model, history = train_unet(images, labels, n_classes, epochs=cfg["epochs"],
+                                patch_size=tuple(cfg["patch_size"]), batch_size=cfg["batch_size"],
+                                learning_rate=cfg["learning_rate"], seed=cfg["seed"], channels=tuple(cfg["channels"]),
+                                progress=progress, checkpoint_path=snakemake.params.checkpoint, resume=True)
+    save_model(snakemake.output.model, model, {"n_classes": n_classes, "channels": list(cfg["channels"]),
+                                               "classes": list(snakemake.params.classes)})
+    write_tsv(snakemake.output.history, history)
+    log.info("trained %d epochs; final loss %s", len(history), history[-1] if history else None)
