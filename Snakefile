@@ -30,6 +30,7 @@ include: "workflow/rules/features.smk"
 include: "workflow/rules/segment.smk"
 include: "workflow/rules/relict.smk"
 include: "workflow/rules/figures.smk"
+include: "workflow/rules/review.smk"
 
 
 rule all:
@@ -40,3 +41,5 @@ rule all:
         rules.synthetic_all.input,
         rules.relict_all.input,
         rules.figures_all.input,
+        rules.review_all.input,
+        rules.filter_all.input,

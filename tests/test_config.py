@@ -28,7 +28,7 @@ def test_bad_enum_names_key_and_allowed_values(params):
     p = copy.deepcopy(params)
     p["relict"]["measures"] = ["mae", "psnr"]
     msg = _error(p)
-    assert "relict.measures.1" in msg and "'psnr'" in msg and "['mae', 'rmse', 'ssim']" in msg
+    assert "relict.measures.1" in msg and "'psnr'" in msg and "allowed values: ['mae', 'rmse', 'ssim'," in msg
 
 
 def test_unknown_key_lists_allowed_keys(params):

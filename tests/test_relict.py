@@ -204,9 +204,12 @@ def test_ranking_rows():
     assert [r["synthetic_id"] for r in rows] == ["d", "c", "a", "b"]  # equal ratios: by id
     assert [r["rank"] for r in rows] == [1, 2, 3, 4]
     assert rows[1] == {"synthetic_id": "c", "closest_training_id": "t0", "distance": 1.0,
-                       "mean_n_closest": 2.5, "ratio": 0.4, "n_used": 2, "rank": 2}
+                       "mean_n_closest": 2.5, "ratio": 0.4, "score": 0.4, "n_used": 2, "rank": 2}
     with pytest.raises(ValueError):
         ranking_rows(["a"], ["t0", "t1"], result, "mae")
+    # segmentation level: ranked by the absolute distance to the closest (RELICT 2.4), not the ratio
+    rows = ranking_rows(["b", "d", "a", "c"], ["t0", "t1"], result, "asd_binary", use_ratio=False)
+    assert [(r["synthetic_id"], r["score"]) for r in rows] == [("d", 0.0), ("a", 1.0), ("c", 1.0), ("b", 2.0)]
 
 
 # ---------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 # wildcard constraints and input functions shared by all rules.
 
 import re
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
@@ -118,6 +119,7 @@ def ratings_file(dataset):
 
 
 RATED_DATASETS = [d for d in DATASETS if ratings_file(d) is not None]
+FILTER_DATASETS = [d for d in DATASETS if config["datasets"][d].get("filter_with")]
 
 
 def manifest_rows(wildcards):
@@ -197,3 +199,32 @@ def nnunet_prediction(wildcards):
 def all_volume_ids(dataset):
     """Training and synthetic volume ids: what a segmentation model must label."""
     return [s.id for s in PLANS[dataset].train] + [v.id for v in PLANS[dataset].synthetic]
+
+
+def label_of(image_path):
+    """The label map stored beside an image (…/images/x.nii.gz -> …/labels/x.nii.gz)."""
+    path = Path(image_path)
+    return str(path.parent.parent / "labels" / path.name)
+
+
+def spiked_source_label(wildcards):
+    return label_of(spiked_source(wildcards))
+
+
+def tof_heldout_image(wildcards):
+    """A held-out scan copied as a TOF non-replica (nothing for a replica, which is rendered)."""
+    return [] if spiked_row(wildcards)["kind"] == "replica" else spiked_source(wildcards)
+
+
+def tof_heldout_label(wildcards):
+    return [] if spiked_row(wildcards)["kind"] == "replica" else spiked_source_label(wildcards)
+
+
+def training_labels(wildcards):
+    return [label_of(p) for p in preprocessed_images(wildcards.dataset, role="train")]
+
+
+def split_ids(dataset, split):
+    if split == "synthetic":
+        return [v.id for v in PLANS[dataset].synthetic]
+    return [s.id for s in PLANS[dataset].train]

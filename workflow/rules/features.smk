@@ -13,7 +13,7 @@ rule embed:
         "benchmarks/embed/{dataset}/{split}.tsv"
     params:
         features=config["relict"]["features"],
-        ids=lambda wc: [p.split("/")[-1].removesuffix(".nii.gz") for p in split_images(wc.dataset, wc.split)],
+        ids=lambda wc: split_ids(wc.dataset, wc.split),
     threads: 2
     resources:
         mem_mb=6000,

@@ -6,7 +6,7 @@
 rule segment_train_unet:
     input:
         images=lambda wc: preprocessed_images(wc.dataset, role="train"),
-        labels=lambda wc: [p.replace("/images/", "/labels/") for p in preprocessed_images(wc.dataset, role="train")],
+        labels=training_labels,
     output:
         model="results/segmentation/{dataset}/unet/model.pt",
         history="results/segmentation/{dataset}/unet/history.tsv",

@@ -27,7 +27,7 @@ rule spike_volume:
 rule spike_label:
     input:
         image=spiked_source,
-        label=lambda wc: spiked_source(wc).replace("/images/", "/labels/"),
+        label=spiked_source_label,
     output:
         label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
     log:
@@ -49,10 +49,8 @@ rule spike_label:
 
 rule spike_tof_volume:
     input:
-        heldout=lambda wc: [] if spiked_row(wc)["kind"] == "replica" else spiked_source(wc),
-        heldout_label=lambda wc: [] if spiked_row(wc)["kind"] == "replica" else spiked_source(wc).replace(
-            "/images/", "/labels/"
-        ),
+        heldout=tof_heldout_image,
+        heldout_label=tof_heldout_label,
     output:
         image="results/synthetic/{dataset}/images/{syn}.nii.gz",
         label="results/synthetic/{dataset}/labels/{syn}.nii.gz",

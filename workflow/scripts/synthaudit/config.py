@@ -120,6 +120,20 @@ def _cross_field_problems(params: dict) -> list[str]:
         seg = ds.get("segmentation")
         if seg and seg["source"] == "nnunet" and not (seg["nnunet"]["predictions"] or seg["nnunet"]["command"]):
             out.append(f"{where}.segmentation.nnunet: give predictions (a folder) or command")
+    names = set(params["datasets"])
+    for name, ds in params["datasets"].items():
+        src = ds.get("filter_with")
+        if not src:
+            continue
+        if src == name:
+            out.append(f"datasets.{name}.filter_with: names the dataset itself; use another, rated dataset")
+        elif src not in names:
+            out.append(f"datasets.{name}.filter_with: {src!r} is not a dataset (known: {sorted(names)})")
+        elif not (params["datasets"][src].get("ratings") or params["datasets"][src]["synthetic"]["source"] == "spiked"):
+            out.append(f"datasets.{name}.filter_with: {src!r} has no rating, so no tuned thresholds")
+    bad = [m for m in params["relict"]["review"]["filter_measures"] if m not in params["relict"]["measures"]]
+    if bad:
+        out.append(f"relict.review.filter_measures: {bad} are not in relict.measures")
     return out
 
 

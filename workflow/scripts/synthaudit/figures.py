@@ -15,7 +15,9 @@ import numpy as np  # noqa: E402
 from .io import atomic_path  # noqa: E402
 
 LIKERT_COLOURS = {1: "#1a9850", 2: "#91cf60", 3: "#fc8d59", 4: "#d73027"}
-MEASURE_LABELS = {"mae": "MAE", "rmse": "RMSE", "ssim": "SSIM"}
+from .relict.levels import MEASURES as _MEASURES  # noqa: E402
+
+MEASURE_LABELS = {name: m.label for name, m in _MEASURES.items()}
 
 
 def _save(fig, path) -> None:
