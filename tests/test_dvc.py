@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import yaml
 
-from workflow_helpers import ROOT, env, tiny_params, write_params
+from workflow_helpers import ROOT, env, image_level_only, tiny_params, write_params
 
 pytestmark = pytest.mark.workflow
 
@@ -37,7 +37,7 @@ def repo(tmp_path_factory):
     (repo / ".dvc").mkdir()
     shutil.copy2(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
     shutil.copy2(ROOT / ".dvc" / ".gitignore", repo / ".dvc" / ".gitignore")
-    write_params(repo, tiny_params())
+    write_params(repo, image_level_only(tiny_params()))
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
     run(["git", "init", "-q"], repo)
     run([*git, "add", "-A"], repo)

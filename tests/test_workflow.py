@@ -208,3 +208,61 @@ def test_snakemake_lint_is_clean(root):
 
     proc = subprocess.run([str(BIN / "snakemake"), "--lint"], cwd=root, env=env(), capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
+    """Segmentation from nnU-Net (a predictions folder, and a command following nnU-Net's
+    -i/-o contract), and the paper's automation step: thresholds tuned on a rated
+    dataset filter a second, unrated synthetic set of the same training data."""
+    wd, syn = _user_dataset(tmp_path, "nnunet")
+    p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
+    ds = p["datasets"]["mydata"]
+    # every training and synthetic volume's prediction, in nnU-Net's output naming ({id}.nii.gz)
+    preds = tmp_path / "nnunet_out"
+    data = tmp_path / "mydata"
+    for f in sorted((data / "labelsTr").glob("*.nii.gz")):
+        save_volume(preds / f.name, nib.load(f).get_fdata().astype(np.uint8), AFFINE)
+    for f in sorted((syn / "labels").glob("*.nii.gz")):
+        save_volume(preds / f.name, nib.load(f).get_fdata().astype(np.uint8), AFFINE)
+    ds["segmentation"] = {"source": "nnunet", "classes": ["structure"],
+                          "nnunet": {"predictions": str(preds), "command": None}}
+    # a second synthetic set: fresh copies of two training scans and one new volume, unrated
+    rng = np.random.default_rng(5)
+    batch2 = tmp_path / "batch2"
+    for name, src in (("b2_x", "pat1_s0"), ("b2_y", "pat2_s1")):
+        v = nib.load(data / "imagesTr" / f"{src}_0000.nii.gz").get_fdata()
+        save_volume(batch2 / f"{name}.nii.gz", v + 0.01 * rng.standard_normal(SHAPE), AFFINE)
+    save_volume(batch2 / "b2_z.nii.gz", _anatomy(rng), AFFINE)
+    ds2 = __import__("copy").deepcopy(ds)
+    ds2.pop("segmentation")
+    ds2.update(synthetic={"source": "folder", "folder": str(batch2)}, ratings=None, filter_with="mydata")
+    p["datasets"]["batch2"] = ds2
+    p["relict"]["review"]["filter_measures"] = ["rmse"]
+    write_params(wd, p)
+    snakemake(wd, "relict_all", "filter_all")
+    m = json.loads((wd / "results/metrics/relict.json").read_text())
+    assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 1.0
+    rejected = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/rejected.tsv")}
+    kept = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/kept.tsv")}
+    assert rejected == {"b2_x", "b2_y"} and kept == {"b2_z"}
+
+    # the command path: a stand-in for nnUNetv2_predict with nnU-Net's -i/-o contract
+    fake = tmp_path / "bin" / "fake_nnunet_predict"
+    fake.parent.mkdir()
+    fake.write_text(f"""#!{__import__('sys').executable}
+import sys, shutil, pathlib
+args = sys.argv[1:]
+inp, out = pathlib.Path(args[args.index('-i') + 1]), pathlib.Path(args[args.index('-o') + 1])
+out.mkdir(parents=True)
+for f in inp.glob('*_0000.nii.gz'):
+    shutil.copy(pathlib.Path('{preds}') / (f.name[:-len('_0000.nii.gz')] + '.nii.gz'), out)
+""")
+    fake.chmod(0o755)
+    p["datasets"]["mydata"]["segmentation"]["nnunet"] = {"predictions": None, "command": f"{fake} -d 1 -c 3d_fullres"}
+    p["datasets"].pop("batch2")
+    write_params(wd, p)
+    snakemake(wd, "relict_all", extra=["--forceall"])
+    assert sorted(x.name for x in (wd / "results/segmentation/mydata/nnunet_predictions").iterdir()) == sorted(
+        x.name for x in preds.iterdir())
+    m = json.loads((wd / "results/metrics/relict.json").read_text())
+    assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 1.0

@@ -73,3 +73,11 @@ def snakemake(workdir: Path, *targets: str, check: bool = True, extra=()) -> sub
 
 def copy_params(params: dict) -> dict:
     return copy.deepcopy(params)
+
+
+def image_level_only(params: dict) -> dict:
+    """NCCT demo, image level only: enough for tests of workflow mechanics (DVC), and fast."""
+    params = ncct_only(params)
+    params["datasets"]["ncct_demo"].pop("segmentation")
+    params["relict"]["measures"] = ["mae", "rmse", "ssim"]
+    return params
