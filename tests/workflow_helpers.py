@@ -29,6 +29,7 @@ def tiny_params() -> dict:
     pre["registration"]["iterations"] = 100
     sp = ds["synthetic"]["spiked"]
     sp["n_replicas"], sp["n_nonreplicas"] = 5, 4
+    ds["segmentation"]["source"] = "unet"  # the demo uses its labels; the tests train the U-Net too
     unet = ds["segmentation"]["unet"]
     unet.update(epochs=3, patch_size=[24, 24, 24], batch_size=2, channels=[8, 16, 32])
     tof = p["datasets"]["tof_demo"]
