@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from ..devices import resolve_device  # noqa: F401  (re-exported for the extractors)
+
 logger = logging.getLogger("synthaudit.features")
 
 # Built-in extractors: name -> module that registers it (imported on first use).
@@ -247,22 +249,6 @@ def zscore(volume: np.ndarray) -> np.ndarray:
     if std == 0:
         return np.zeros(values.shape, dtype=np.float32)
     return ((values - values.mean()) / std).astype(np.float32)
-
-
-def resolve_device(device: Any = "auto"):
-    """``"auto"`` -> CUDA when available, else CPU; refuse ``"cuda"`` without CUDA.
-
-    Returns:
-        A ``torch.device``.
-    """
-    import torch
-
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but CUDA is not available")
-    return dev
 
 
 def file_sha256(path: str | Path) -> str:

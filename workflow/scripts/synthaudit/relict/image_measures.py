@@ -55,6 +55,8 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from ..devices import resolve_device
+
 MEASURES = ("mae", "rmse", "ssim")
 SIMILARITIES = frozenset({"ssim"})
 
@@ -171,7 +173,7 @@ def all_pairs_image_measures(
     shape = synthetic.shape[1:]
     n_synthetic = synthetic.shape[0]
     total = n_training if n_training is not None else _length(training)
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
 
     with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
         ssim = None
@@ -227,15 +229,6 @@ def _length(training) -> int | None:
         return len(training)
     except TypeError:
         return None
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but CUDA is not available")
-    return dev
 
 
 @contextlib.contextmanager

@@ -41,7 +41,8 @@ from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 from monai.networks.nets import UNet
 
-from synthaudit.io import atomic_path
+from ..devices import resolve_device
+from ..io import atomic_path
 
 _MAX_CLASSES = 255  # predictions are uint8 label maps
 
@@ -105,7 +106,7 @@ def train_unet(
         "seed": int(seed),
         "data_sha256": _fingerprint(images, labels),
     }
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     stats = [_intensity_stats(image) for image in images]
 
     with _deterministic(dev, seed):
@@ -161,7 +162,7 @@ def predict(
     image = np.asarray(image)
     if image.ndim != 3:
         raise ValueError(f"expected a 3D volume, got shape {image.shape}")
-    dev = _resolve_device(device)
+    dev = resolve_device(device)
     model.to(dev).eval()
     mean, std = _intensity_stats(image)
     x = torch.from_numpy(((image - mean) / std).astype(np.float32)[None, None]).to(dev)
@@ -309,12 +310,3 @@ def _save_checkpoint(path: Path, model, optimiser, history: list[dict], config: 
     with atomic_path(path) as tmp:
         torch.save({"model": model.state_dict(), "optimizer": optimiser.state_dict(), "epoch": len(history),
                     "history": history, "config": config}, tmp)
-
-
-def _resolve_device(device: str | torch.device) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    dev = torch.device(device)
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError("device 'cuda' requested but CUDA is not available")
-    return dev
