@@ -191,9 +191,11 @@ def user_synthetic_label(wildcards):
 
 
 def nnunet_prediction(wildcards):
+    """The user's prediction file, or (command mode) the folder the nnunet_predict rule writes."""
     nn = ds_cfg(wildcards)["segmentation"]["nnunet"]
-    folder = nn["predictions"] or f"results/segmentation/{wildcards.dataset}/nnunet_predictions"
-    return f"{folder}/{wildcards.vid}.nii.gz"
+    if nn["predictions"]:
+        return f"{nn['predictions']}/{wildcards.vid}.nii.gz"
+    return f"results/segmentation/{wildcards.dataset}/nnunet_predictions"
 
 
 def all_volume_ids(dataset):

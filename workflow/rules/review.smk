@@ -95,7 +95,7 @@ rule table_agreement:
         ),
     output:
         agreement_table="results/tables/{dataset}/closest_agreement.tsv",
-        agreement_json="results/relict/{dataset}/closest_agreement.json",
+        agreement_json="results/tables/{dataset}/closest_agreement.json",
         ranking_table="results/tables/{dataset}/combined_ranking.tsv",
         ranking_html=report(
             "results/tables/{dataset}/combined_ranking.html",
@@ -262,7 +262,7 @@ rule tuned_thresholds:
         evaluation="results/relict/{dataset}/evaluation.json",
         rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
     output:
-        "results/relict/{dataset}/thresholds.json",
+        "results/tables/{dataset}/thresholds.json",
     log:
         "logs/tuned_thresholds/{dataset}.log",
     params:
@@ -282,7 +282,7 @@ rule filter_synthetic:
     input:
         # no thresholds file when the source is not rated: the script then refuses, naming both datasets
         thresholds=lambda wc: (
-            f"results/relict/{config['datasets'][wc.dataset].get('filter_with')}/thresholds.json"
+            f"results/tables/{config['datasets'][wc.dataset].get('filter_with')}/thresholds.json"
             if config["datasets"][wc.dataset].get("filter_with") in RATED_DATASETS
             else []
         ),
@@ -317,7 +317,7 @@ rule review_all:
         [f"results/figures/{d}/closest_by_measure.png" for d in DATASETS],
         [f"results/rating_sheet/{d}/index.html" for d in DATASETS],
         [f"results/ratings/{d}/agreement.json" for d in RATED_DATASETS],
-        [f"results/relict/{d}/thresholds.json" for d in RATED_DATASETS],
+        [f"results/tables/{d}/thresholds.json" for d in RATED_DATASETS],
 
 
 rule filter_all:

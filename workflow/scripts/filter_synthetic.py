@@ -1,7 +1,7 @@
 """Snakemake adapter: tuned thresholds of a rated dataset, and the filter of another dataset
 with them (RELICT 2.2, automation step 6).
 
-Rule ``tuned_thresholds``: results/relict/{dataset}/thresholds.json of a rated dataset.
+Rule ``tuned_thresholds``: results/tables/{dataset}/thresholds.json of a rated dataset.
 Rule ``filter_synthetic``: kept.tsv / rejected.tsv of a dataset with ``filter_with``.
 """
 

@@ -1,6 +1,7 @@
 """Snakemake adapter: a user's label map for a synthetic volume, checked against grid and classes."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -10,8 +11,11 @@ from synthaudit.segment.measures import check_labels
 
 with logged(snakemake.log[0]) as log:
     grid = json.loads(open(snakemake.input.grid).read())
-    data, affine = load_volume(snakemake.input.label)
-    check_on_grid(snakemake.input.label, data, affine, grid, what="label")
-    check_labels(snakemake.input.label, data, list(range(1, snakemake.params.n_classes + 1)))
+    source = Path(snakemake.input.label)
+    if source.is_dir():  # nnU-Net command mode: one folder of {id}.nii.gz predictions
+        source = source / f"{snakemake.wildcards.vid}.nii.gz"
+    data, affine = load_volume(source)
+    check_on_grid(str(source), data, affine, grid, what="label")
+    check_labels(str(source), data, list(range(1, snakemake.params.n_classes + 1)))
     save_volume(snakemake.output.label, np.round(data), np.asarray(grid["affine"]), dtype=np.int16)
-    log.info("imported %s", snakemake.input.label)
+    log.info("imported %s", source)

@@ -64,7 +64,7 @@ def index(log):
         f"{html.escape(dataset)}.ratings</code> in params.yaml to the filled file and run the workflow again: "
         "it reports the agreement of the raters (results/ratings/), the volumes on which their decisions "
         "differ (to be re-rated, as in the paper), and tunes each measure's threshold on the rating "
-        f"(results/relict/{html.escape(dataset)}/thresholds.json).</p>",
+        f"(results/tables/{html.escape(dataset)}/thresholds.json).</p>",
         tables.likert_html(),
         "<h3>Pairs</h3>", listing, *items,
     ]
