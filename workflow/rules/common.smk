@@ -157,7 +157,7 @@ def seg_label_path(dataset, vid, synthetic):
     if source == "labels":
         kind = "synthetic" if synthetic else "preprocessed"
         return f"results/{kind}/{dataset}/labels/{vid}.nii.gz"
-    return f"results/segmentation/{dataset}/labels/{vid}.nii.gz"
+    return f"results/relict/segmentation/{dataset}/labels/{vid}.nii.gz"
 
 
 def seg_labels(dataset, split):
@@ -195,7 +195,7 @@ def nnunet_prediction(wildcards):
     nn = ds_cfg(wildcards)["segmentation"]["nnunet"]
     if nn["predictions"]:
         return f"{nn['predictions']}/{wildcards.vid}.nii.gz"
-    return f"results/segmentation/{wildcards.dataset}/nnunet_predictions"
+    return f"results/relict/segmentation/{wildcards.dataset}/nnunet_predictions"
 
 
 def all_volume_ids(dataset):

@@ -6,7 +6,7 @@ rule embed:
     input:
         images=lambda wc: split_images(wc.dataset, wc.split),
     output:
-        "results/features/{dataset}/{split}.npz",
+        "results/relict/features/{dataset}/{split}.npz",
     log:
         "logs/embed/{dataset}/{split}.log",
     benchmark:
@@ -25,4 +25,4 @@ rule embed:
 
 rule features_all:
     input:
-        [f"results/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic") if FEATURE_MEASURES],
+        [f"results/relict/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic") if FEATURE_MEASURES],

@@ -32,8 +32,8 @@ rule relict_measure:
 
 rule relict_feature_measure:
     input:
-        synthetic="results/features/{dataset}/synthetic.npz",
-        training="results/features/{dataset}/train.npz",
+        synthetic="results/relict/features/{dataset}/synthetic.npz",
+        training="results/relict/features/{dataset}/train.npz",
     output:
         "results/relict/{dataset}/measures/{measure}.npz",
     log:
@@ -150,7 +150,7 @@ rule relict_metrics:
     input:
         evaluations=[f"results/relict/{d}/evaluation.json" for d in RATED_DATASETS],
         rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in DATASETS for m in MEASURES_BY_DS[d]],
-        features=[f"results/features/{d}/synthetic.npz" for d in DATASETS if FEATURE_MEASURES],
+        features=[f"results/relict/features/{d}/synthetic.npz" for d in DATASETS if FEATURE_MEASURES],
     output:
         "results/metrics/relict.json",
     log:

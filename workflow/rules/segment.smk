@@ -8,8 +8,8 @@ rule segment_train_unet:
         images=lambda wc: preprocessed_images(wc.dataset, role="train"),
         labels=training_labels,
     output:
-        model="results/segmentation/{dataset}/unet/model.pt",
-        history="results/segmentation/{dataset}/unet/history.tsv",
+        model="results/relict/segmentation/{dataset}/unet/model.pt",
+        history="results/relict/segmentation/{dataset}/unet/history.tsv",
     log:
         "logs/segment_train_unet/{dataset}.log",
     benchmark:
@@ -17,7 +17,7 @@ rule segment_train_unet:
     params:
         unet=lambda wc: ds_cfg(wc)["segmentation"]["unet"],
         classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
-        checkpoint="results/segmentation/{dataset}/unet/checkpoint.pt",
+        checkpoint="results/relict/segmentation/{dataset}/unet/checkpoint.pt",
     threads: 2
     resources:
         mem_mb=8000,
@@ -30,10 +30,10 @@ rule segment_train_unet:
 
 rule segment_predict_unet:
     input:
-        model="results/segmentation/{dataset}/unet/model.pt",
+        model="results/relict/segmentation/{dataset}/unet/model.pt",
         image=lambda wc: volume_image(wc.dataset, wc.vid),
     output:
-        label="results/segmentation/{dataset}/labels/{vid}.nii.gz",
+        label="results/relict/segmentation/{dataset}/labels/{vid}.nii.gz",
     log:
         "logs/segment_predict_unet/{dataset}/{vid}.log",
     benchmark:
@@ -55,7 +55,7 @@ rule nnunet_predict:
     input:
         images=lambda wc: [volume_image(wc.dataset, v) for v in all_volume_ids(wc.dataset)],
     output:
-        directory("results/segmentation/{dataset}/nnunet_predictions"),
+        directory("results/relict/segmentation/{dataset}/nnunet_predictions"),
     log:
         "logs/nnunet_predict/{dataset}.log",
     benchmark:
@@ -78,7 +78,7 @@ rule import_nnunet_label:
         label=nnunet_prediction,
         grid="results/preprocessed/{dataset}/grid.json",
     output:
-        label="results/segmentation/{dataset}/labels/{vid}.nii.gz",
+        label="results/relict/segmentation/{dataset}/labels/{vid}.nii.gz",
     log:
         "logs/import_nnunet_label/{dataset}/{vid}.log",
     params:
