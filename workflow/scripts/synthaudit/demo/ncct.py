@@ -23,6 +23,7 @@ from scipy import ndimage as ndi
 
 from .. import anatomy
 from ..io import save_volume
+from . import heldout_indices
 
 SESSIONS = {"baseline": "bl", "followup": "fu"}  # session name -> scan id suffix
 
@@ -59,12 +60,7 @@ def cohort_table(cfg: dict) -> list[dict]:
     """
     n_patients = int(cfg["n_patients"])
     n_heldout = int(cfg["n_heldout_patients"])
-    if not 0 <= n_heldout < n_patients:
-        raise ValueError(
-            f"demo: n_heldout_patients must be >= 0 and < n_patients ({n_patients}) so that "
-            f"at least one patient is left for training; got {n_heldout}"
-        )
-    heldout = set(np.random.default_rng(cfg["seed"]).permutation(n_patients)[:n_heldout].tolist())
+    heldout = heldout_indices(n_patients, n_heldout, cfg["seed"], "n_heldout_patients", "patient")
     rows = []
     for index in range(1, n_patients + 1):
         patient_id = _patient_id(index)

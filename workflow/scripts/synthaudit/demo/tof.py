@@ -53,6 +53,7 @@ from scipy.interpolate import CubicSpline
 from scipy.spatial import cKDTree
 
 from ..io import save_volume
+from . import heldout_indices
 
 CLASSES = {1: "ICA", 2: "BA", 3: "Pcom", 4: "Acom", 5: "PCA", 6: "ACA", 7: "M1"}
 
@@ -210,12 +211,7 @@ def cohort_table(cfg: dict) -> list[dict]:
     """
     n_subjects = int(cfg["n_subjects"])
     n_heldout = int(cfg["n_heldout_subjects"])
-    if not 0 <= n_heldout < n_subjects:
-        raise ValueError(
-            f"demo: n_heldout_subjects must be >= 0 and < n_subjects ({n_subjects}) so that "
-            f"at least one subject is left for training; got {n_heldout}"
-        )
-    heldout = set(np.random.default_rng(cfg["seed"]).permutation(n_subjects)[:n_heldout].tolist())
+    heldout = heldout_indices(n_subjects, n_heldout, cfg["seed"], "n_heldout_subjects", "subject")
     return [
         {
             "id": _subject_id(index),
