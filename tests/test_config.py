@@ -5,7 +5,7 @@ import copy
 import pytest
 import yaml
 
-from synthaudit.config import ParamsError, load_params, validate_params
+from synthaudit.config import ParamsError, load_params, resolve_datasets, validate_params
 
 
 @pytest.fixture
@@ -61,6 +61,38 @@ def test_cross_field_rules(params):
     p["datasets"]["ncct_demo"]["preprocess"]["registration"]["shrink_factors"] = [4, 2, 1]
     msg = _error(p)
     assert "n_heldout_patients" in msg and "shrink_factors" in msg
+
+
+def test_training_from_expands_to_the_training_dataset(params):
+    resolved = resolve_datasets(params["datasets"])
+    b2 = resolved["tof_demo_batch2"]
+    assert b2["training_from"] == "tof_demo" and b2["source"] == "demo_tof"
+    assert b2["demo"] == params["datasets"]["tof_demo"]["demo"]
+    assert b2["segmentation"] == params["datasets"]["tof_demo"]["segmentation"]
+    assert b2["synthetic"]["spiked"]["seed"] != params["datasets"]["tof_demo"]["synthetic"]["spiked"]["seed"]
+    assert "filter_with" not in resolved["tof_demo"]  # nothing leaks back into the source
+
+
+def test_training_from_errors(params):
+    p = copy.deepcopy(params)
+    p["datasets"]["tof_demo_batch2"]["training_from"] = "nope"
+    assert "datasets.tof_demo_batch2.training_from: 'nope' is not a dataset" in _error(p)
+    p = copy.deepcopy(params)
+    p["datasets"]["tof_demo_batch2"]["preprocess"] = {"register": False}
+    assert "datasets.tof_demo_batch2: ['preprocess'] come from 'tof_demo'" in _error(p)
+    p = copy.deepcopy(params)
+    p["datasets"]["batch3"] = {"training_from": "tof_demo_batch2", "synthetic": p["datasets"]["tof_demo_batch2"]["synthetic"]}
+    assert "'tof_demo_batch2' itself takes its training set from 'tof_demo'" in _error(p)
+    p = copy.deepcopy(params)  # checks of the expanded entry still apply: too many non-replicas
+    p["datasets"]["tof_demo_batch2"]["synthetic"]["spiked"]["n_nonreplicas"] = 99
+    p["datasets"]["tof_demo_batch2"]["synthetic"].pop("spiked")
+    assert "datasets.tof_demo_batch2.synthetic" in _error(p)
+
+
+def test_filter_measures_must_apply_to_the_filtered_dataset(params):
+    p = copy.deepcopy(params)
+    p["datasets"]["ncct_demo"]["filter_with"] = "tof_demo"
+    assert "dice_multiclass needs more than one class in datasets.ncct_demo" in _error(p)
 
 
 def test_unreadable_params_file(tmp_path):

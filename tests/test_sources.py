@@ -108,3 +108,27 @@ def test_plan_dataset_with_injected_demo_table():
     p = plan_dataset("d", ds, demo_table=table)
     assert len(p.train) == 4 and len(p.heldout) == 2 and len(p.synthetic) == 6
     assert p.scan("p3_bl").role == "train"
+
+
+def test_imported_sample_off_grid_is_refused_or_resampled(caplog):
+    import logging
+
+    from synthaudit.io import VolumeError
+    from synthaudit.synthetic.imported import onto_grid
+
+    grid_affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    grid = {"shape": [10, 12, 8], "affine": grid_affine.tolist()}
+    x, y, z = np.meshgrid(np.arange(20), np.arange(24), np.arange(16), indexing="ij")
+    fine = (0.5 * x + 0.25 * y).astype(np.float32)  # linear in world: value = x_mm/2 + y_mm/4 at 1 mm
+    fine_affine = np.diag([1.0, 1.0, 1.0, 1.0])
+    with pytest.raises(VolumeError, match=r"s\.nii\.gz: synthetic volume has shape \[20, 24, 16\]"):
+        onto_grid("s.nii.gz", fine, fine_affine, grid)
+    with caplog.at_level(logging.WARNING):
+        out = onto_grid("s.nii.gz", fine, fine_affine, grid, off_grid="resample")
+    assert "resampled onto the grid" in caplog.text and out.shape == (10, 12, 8)
+    # grid voxel (i, j, k) lies at world (2i, 2j, 2k) mm: a linear image resamples exactly
+    i, j, _ = np.meshgrid(np.arange(10), np.arange(12), np.arange(8), indexing="ij")
+    inside = (i < 9) & (j < 11)
+    assert np.allclose(out[inside], (0.5 * 2 * i + 0.25 * 2 * j)[inside], atol=1e-4)
+    same = np.ones((10, 12, 8), np.float32)
+    assert onto_grid("t.nii.gz", same, grid_affine, grid, off_grid="resample") is same

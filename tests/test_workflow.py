@@ -2,6 +2,7 @@
 and its refusals of bad input. These run Snakemake as a user would."""
 
 import json
+import shutil
 
 import nibabel as nib
 import numpy as np
@@ -233,10 +234,13 @@ def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
         v = nib.load(data / "imagesTr" / f"{src}_0000.nii.gz").get_fdata()
         save_volume(batch2 / f"{name}.nii.gz", v + 0.01 * rng.standard_normal(SHAPE), AFFINE)
     save_volume(batch2 / "b2_z.nii.gz", _anatomy(rng), AFFINE)
-    ds2 = __import__("copy").deepcopy(ds)
-    ds2.pop("segmentation")
-    ds2.update(synthetic={"source": "folder", "folder": str(batch2)}, ratings=None, filter_with="mydata")
-    p["datasets"]["batch2"] = ds2
+    # its nnU-Net predictions: the source scans' labels for the copies, nothing for the new volume
+    for name, src in (("b2_x", "pat1_s0"), ("b2_y", "pat2_s1")):
+        shutil.copy(preds / f"{src}.nii.gz", preds / f"{name}.nii.gz")
+    save_volume(preds / "b2_z.nii.gz", np.zeros(SHAPE, np.uint8), AFFINE)
+    # the same training set (training_from: nothing of mydata is preprocessed or segmented again)
+    p["datasets"]["batch2"] = {"training_from": "mydata", "synthetic": {"source": "folder", "folder": str(batch2)},
+                               "ratings": None, "filter_with": "mydata"}
     p["relict"]["review"]["filter_measures"] = ["rmse"]
     write_params(wd, p)
     snakemake(wd, "relict_all", "filter_all")
@@ -245,6 +249,10 @@ def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
     rejected = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/rejected.tsv")}
     kept = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/kept.tsv")}
     assert rejected == {"b2_x", "b2_y"} and kept == {"b2_z"}
+    summary = read_tsv(wd / "results/filter/summary.tsv")
+    assert [(r["dataset"], r["n_rejected"], r["sensitivity"]) for r in summary] == [("batch2", "2", "NA")]
+    assert not (wd / "results/preprocessed/batch2").exists()  # the training side was not redone
+    assert not (wd / "results/relict/segmentation/batch2/labels/pat1_s0.nii.gz").exists()
 
     # the command path: a stand-in for nnUNetv2_predict with nnU-Net's -i/-o contract
     fake = tmp_path / "bin" / "fake_nnunet_predict"
@@ -260,8 +268,10 @@ for f in inp.glob('*_0000.nii.gz'):
     fake.chmod(0o755)
     p["datasets"]["mydata"]["segmentation"]["nnunet"] = {"predictions": None, "command": f"{fake} -d 1 -c 3d_fullres"}
     p["datasets"].pop("batch2")
+    for f in preds.glob("b2_*"):
+        f.unlink()
     write_params(wd, p)
-    snakemake(wd, "relict_all", extra=["--forceall"])
+    snakemake(wd, "relict_all", extra=["--forcerun", "nnunet_predict"])
     made = (wd / "results/relict/segmentation/mydata/nnunet_predictions").iterdir()
     assert sorted(x.name for x in made if not x.name.startswith(".")) == sorted(
         x.name for x in preds.iterdir())

@@ -35,6 +35,7 @@ def tiny_params() -> dict:
     tof = p["datasets"]["tof_demo"]
     tof["demo"].update(n_subjects=10, n_heldout_subjects=4)  # RELICT's 128 x 128 x 32 grid: small already
     tof["synthetic"]["spiked"].update(n_replicas=4, n_nonreplicas=4)
+    p["datasets"]["tof_demo_batch2"]["synthetic"]["spiked"].update(n_replicas=3, n_nonreplicas=3)
     p["relict"]["n_closest"] = 4
     p["relict"]["evaluation"]["bootstrap"]["n"] = 200
     return p
@@ -44,6 +45,8 @@ def ncct_only(params: dict) -> dict:
     """The tiny configuration with the NCCT demo alone (faster, for tests about one dataset)."""
     params = copy.deepcopy(params)
     params["datasets"].pop("tof_demo")
+    params["datasets"].pop("tof_demo_batch2")
+    params["relict"]["review"]["filter_measures"] = ["rmse"]
     return params
 
 

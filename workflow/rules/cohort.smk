@@ -69,4 +69,4 @@ rule dataset_manifest:
 
 rule cohort_all:
     input:
-        [f"results/cohort/{d}/manifest.tsv" for d in DATASETS],
+        [f"results/cohort/{d}/manifest.tsv" for d in OWN_TRAINING],

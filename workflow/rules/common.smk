@@ -6,18 +6,25 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from synthaudit.config import ParamsError, validate_params
+from synthaudit.config import ParamsError, resolve_datasets, validate_params
 from synthaudit.relict import levels as measure_levels
 from synthaudit.sources import SourceError, plan_dataset
 
 try:
     validate_params(config)
+    # datasets with training_from become full entries that read the training side
+    # (cohort, preprocessing, training features and labels) from the named dataset
+    config["datasets"] = resolve_datasets(config["datasets"])
     PLANS = {name: plan_dataset(name, ds) for name, ds in config["datasets"].items()}
 except (ParamsError, SourceError) as e:
     raise WorkflowError(str(e)) from None
 
 DATASETS = list(PLANS)
-DEMO_DATASETS = [d for d in DATASETS if config["datasets"][d]["source"] == "demo_ncct"]
+# the dataset whose training set (and preprocessing outputs) a dataset uses: itself,
+# or the one named by training_from
+TRAINING_OF = {d: config["datasets"][d].get("training_from") or d for d in DATASETS}
+OWN_TRAINING = [d for d in DATASETS if TRAINING_OF[d] == d]
+DEMO_DATASETS = [d for d in OWN_TRAINING if config["datasets"][d]["source"] == "demo_ncct"]
 TOF_DATASETS = [d for d in DATASETS if config["datasets"][d]["source"] == "demo_tof"]
 SPIKED_DATASETS = [d for d in DATASETS if config["datasets"][d]["synthetic"]["source"] == "spiked"]
 PERTURBED_DATASETS = [d for d in SPIKED_DATASETS if d not in TOF_DATASETS]
@@ -94,14 +101,39 @@ def has_label(dataset, scan):
     return s.image is None or s.label is not None
 
 
+# datasets whose every scan has a label map: their labels are carried onto the grid in
+# the same job as the image (one job per scan instead of two)
+LABELLED_DATASETS = [d for d in OWN_TRAINING if all(has_label(d, s.id) for s in PLANS[d].scans)]
+
+
 def preprocessed_images(dataset, role=None):
-    return [f"results/preprocessed/{dataset}/images/{s.id}.nii.gz"
+    base = TRAINING_OF[dataset]
+    return [f"results/preprocessed/{base}/images/{s.id}.nii.gz"
             for s in PLANS[dataset].scans if role is None or s.role == role]
 
 
 def preprocessed_labels(dataset):
-    return [f"results/preprocessed/{dataset}/labels/{s.id}.nii.gz"
+    base = TRAINING_OF[dataset]
+    return [f"results/preprocessed/{base}/labels/{s.id}.nii.gz"
             for s in PLANS[dataset].scans if has_label(dataset, s.id)]
+
+
+def grid_json(wildcards):
+    """The preprocessed grid every volume of a dataset lies on (the training dataset's)."""
+    return f"results/preprocessed/{TRAINING_OF[wildcards.dataset]}/grid.json"
+
+
+def training_qc(wildcards):
+    base = TRAINING_OF[wildcards.dataset]
+    return [f"results/preprocessed/{base}/qc/{s.id}.json" for s in plan(wildcards).train]
+
+
+def training_features(wildcards):
+    return f"results/relict/features/{TRAINING_OF[wildcards.dataset]}/train.npz"
+
+
+def unet_model(wildcards):
+    return f"results/relict/segmentation/{TRAINING_OF[wildcards.dataset]}/unet/model.pt"
 
 
 def synthetic_images(dataset):
@@ -148,16 +180,17 @@ def spiked_row(wildcards):
 
 
 def spiked_source(wildcards):
-    return f"results/preprocessed/{wildcards.dataset}/images/{spiked_row(wildcards)['source_id']}.nii.gz"
+    return f"results/preprocessed/{TRAINING_OF[wildcards.dataset]}/images/{spiked_row(wildcards)['source_id']}.nii.gz"
 
 
 def seg_label_path(dataset, vid, synthetic):
     """The label map a segmentation-level measure uses for one volume."""
     source = config["datasets"][dataset]["segmentation"]["source"]
+    owner = dataset if synthetic else TRAINING_OF[dataset]  # training labels are made once
     if source == "labels":
         kind = "synthetic" if synthetic else "preprocessed"
-        return f"results/{kind}/{dataset}/labels/{vid}.nii.gz"
-    return f"results/relict/segmentation/{dataset}/labels/{vid}.nii.gz"
+        return f"results/{kind}/{owner}/labels/{vid}.nii.gz"
+    return f"results/relict/segmentation/{owner}/labels/{vid}.nii.gz"
 
 
 def seg_labels(dataset, split):
@@ -169,7 +202,7 @@ def volume_image(dataset, vid):
     """Preprocessed image of a real scan or a synthetic volume, by id."""
     if vid in {v.id for v in PLANS[dataset].synthetic}:
         return f"results/synthetic/{dataset}/images/{vid}.nii.gz"
-    return f"results/preprocessed/{dataset}/images/{vid}.nii.gz"
+    return f"results/preprocessed/{TRAINING_OF[dataset]}/images/{vid}.nii.gz"
 
 
 def split_images(dataset, split):
@@ -199,8 +232,10 @@ def nnunet_prediction(wildcards):
 
 
 def all_volume_ids(dataset):
-    """Training and synthetic volume ids: what a segmentation model must label."""
-    return [s.id for s in PLANS[dataset].train] + [v.id for v in PLANS[dataset].synthetic]
+    """What a segmentation model must label: the synthetic volumes, and the training
+    volumes unless the dataset shares them (training_from), whose labels exist already."""
+    own = [s.id for s in PLANS[dataset].train] if TRAINING_OF[dataset] == dataset else []
+    return own + [v.id for v in PLANS[dataset].synthetic]
 
 
 def label_of(image_path):
@@ -230,3 +265,9 @@ def split_ids(dataset, split):
     if split == "synthetic":
         return [v.id for v in PLANS[dataset].synthetic]
     return [s.id for s in PLANS[dataset].train]
+
+
+def rating_measure(wildcards):
+    """The measure that ranks the rating sheet (its first measure when that one is not computed)."""
+    measures = MEASURES_BY_DS[wildcards.dataset]
+    return config["relict"]["review"]["rating_measure"] if config["relict"]["review"]["rating_measure"] in measures else measures[0]

@@ -25,4 +25,5 @@ rule embed:
 
 rule features_all:
     input:
-        [f"results/relict/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic") if FEATURE_MEASURES],
+        [f"results/relict/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic")
+         if FEATURE_MEASURES and (s == "synthetic" or d in OWN_TRAINING)],

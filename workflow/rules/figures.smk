@@ -37,16 +37,18 @@ rule figure_relict:
 
 rule ranking_report:
     input:
-        "results/relict/{dataset}/ranking_{measure}.tsv",
+        lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
     output:
         report(
-            "results/figures/{dataset}/ranking_{measure}.html",
+            "results/figures/{dataset}/rankings.html",
             caption="../report/ranking.rst",
             category="RELICT",
             subcategory="{dataset}",
         ),
     log:
-        "logs/ranking_report/{dataset}/{measure}.log",
+        "logs/ranking_report/{dataset}.log",
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
     threads: 1
     resources:
         mem_mb=500,
@@ -59,5 +61,5 @@ rule ranking_report:
 rule figures_all:
     input:
         [f"results/figures/{d}/balanced_accuracy.png" for d in RATED_DATASETS],
-        [f"results/figures/{d}/ranking_{m}.html" for d in DATASETS for m in MEASURES_BY_DS[d]],
-        [f"results/preprocessed/{d}/qc_montage.png" for d in DATASETS],
+        [f"results/figures/{d}/rankings.html" for d in DATASETS],
+        [f"results/preprocessed/{d}/qc_montage.png" for d in OWN_TRAINING],

@@ -22,14 +22,16 @@ rule template:
         "../scripts/template.py"
 
 
-rule preprocess_scan:
+rule preprocess_scan_labelled:
     input:
         image=raw_image,
+        label=raw_label,
         grid="results/preprocessed/{dataset}/grid.json",
         template="results/preprocessed/{dataset}/template.nii.gz",
         template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
     output:
         image="results/preprocessed/{dataset}/images/{scan}.nii.gz",
+        label="results/preprocessed/{dataset}/labels/{scan}.nii.gz",
         transform="results/preprocessed/{dataset}/transforms/{scan}.tfm",
         qc="results/preprocessed/{dataset}/qc/{scan}.json",
     log:
@@ -41,10 +43,27 @@ rule preprocess_scan:
     threads: 1
     resources:
         mem_mb=4000,
+    wildcard_constraints:
+        dataset=_alternatives(LABELLED_DATASETS),
     conda:
         "../../envs/imaging.yaml"
     script:
         "../scripts/preprocess_scan.py"
+
+
+# datasets where some scans have no label: images and labels in separate jobs
+use rule preprocess_scan_labelled as preprocess_scan with:
+    input:
+        image=raw_image,
+        grid="results/preprocessed/{dataset}/grid.json",
+        template="results/preprocessed/{dataset}/template.nii.gz",
+        template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
+    output:
+        image="results/preprocessed/{dataset}/images/{scan}.nii.gz",
+        transform="results/preprocessed/{dataset}/transforms/{scan}.tfm",
+        qc="results/preprocessed/{dataset}/qc/{scan}.json",
+    wildcard_constraints:
+        dataset=_alternatives([d for d in OWN_TRAINING if d not in LABELLED_DATASETS]),
 
 
 rule preprocess_label:
@@ -61,6 +80,8 @@ rule preprocess_label:
     threads: 1
     resources:
         mem_mb=2000,
+    wildcard_constraints:
+        dataset=_alternatives([d for d in OWN_TRAINING if d not in LABELLED_DATASETS]),
     conda:
         "../../envs/imaging.yaml"
     script:
@@ -96,5 +117,5 @@ rule preprocess_qc:
 
 rule preprocess_all:
     input:
-        [f"results/preprocessed/{d}/qc.tsv" for d in DATASETS],
-        [lab for d in DATASETS for lab in preprocessed_labels(d)],
+        [f"results/preprocessed/{d}/qc.tsv" for d in OWN_TRAINING],
+        [lab for d in OWN_TRAINING for lab in preprocessed_labels(d)],

@@ -7,8 +7,8 @@ rule relict_measure:
     input:
         synthetic=lambda wc: synthetic_images(wc.dataset),
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
-        training_qc=lambda wc: [f"results/preprocessed/{wc.dataset}/qc/{s.id}.json" for s in plan(wc).train],
-        grid="results/preprocessed/{dataset}/grid.json",
+        training_qc=training_qc,
+        grid=grid_json,
     output:
         "results/relict/{dataset}/measures/{measure}.npz",
     log:
@@ -33,7 +33,7 @@ rule relict_measure:
 rule relict_feature_measure:
     input:
         synthetic="results/relict/features/{dataset}/synthetic.npz",
-        training="results/relict/features/{dataset}/train.npz",
+        training=training_features,
     output:
         "results/relict/{dataset}/measures/{measure}.npz",
     log:
@@ -57,7 +57,7 @@ rule relict_segmentation_measure:
     input:
         synthetic=lambda wc: seg_labels(wc.dataset, "synthetic"),
         training=lambda wc: seg_labels(wc.dataset, "train"),
-        grid="results/preprocessed/{dataset}/grid.json",
+        grid=grid_json,
     output:
         "results/relict/{dataset}/measures/{measure}.npz",
     log:

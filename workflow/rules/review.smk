@@ -23,7 +23,7 @@ REVIEW_SEG_PREDICT = {
     if relict_levels.by_level(MEASURES_BY_DS[d], "segmentation")
 }
 REVIEW_SEG_TRAIN = {
-    d: [f"benchmarks/segment_train_unet/{d}.tsv"]
+    d: [f"benchmarks/segment_train_unet/{TRAINING_OF[d]}.tsv"]
     for d in REVIEW_SEG_PREDICT
     if config["datasets"][d]["segmentation"]["source"] == "unet"
 }
@@ -33,7 +33,7 @@ rule table_runtime:
     input:
         compare=lambda wc: [f"benchmarks/relict_measure/{wc.dataset}/{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
         embed=lambda wc: (
-            [f"benchmarks/embed/{wc.dataset}/{s}.tsv" for s in ("train", "synthetic")]
+            [f"benchmarks/embed/{TRAINING_OF[wc.dataset]}/train.tsv", f"benchmarks/embed/{wc.dataset}/synthetic.tsv"]
             if relict_levels.by_level(MEASURES_BY_DS[wc.dataset], "feature")
             else []
         ),
@@ -124,7 +124,7 @@ rule figure_closest:
         rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
         synthetic=lambda wc: synthetic_images(wc.dataset),
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
-        grid="results/preprocessed/{dataset}/grid.json",
+        grid=grid_json,
     output:
         figure=report(
             "results/figures/{dataset}/closest_by_measure.png",
@@ -148,54 +148,12 @@ rule figure_closest:
         "../scripts/figure_closest.py"
 
 
-rule rating_sheet_page:
-    input:
-        ranking=lambda wc: (
-            f"results/relict/{wc.dataset}/ranking_{REVIEW_CFG['rating_measure']}.tsv"
-            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
-            else f"results/relict/{wc.dataset}/ranking_{MEASURES_BY_DS[wc.dataset][0]}.tsv"
-        ),
-        synthetic=lambda wc: synthetic_images(wc.dataset),
-        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
-        grid="results/preprocessed/{dataset}/grid.json",
-    output:
-        png=report(
-            "results/rating_sheet/{dataset}/{rank}.png",
-            caption="../report/rating_sheet.rst",
-            category="Rating sheet",
-            subcategory="{dataset}",
-            labels={"page": "rank {rank}"},
-        ),
-    log:
-        "logs/rating_sheet_page/{dataset}/{rank}.log",
-    params:
-        measure=lambda wc: (
-            REVIEW_CFG["rating_measure"]
-            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
-            else MEASURES_BY_DS[wc.dataset][0]
-        ),
-    threads: 1
-    resources:
-        mem_mb=2000,
-    wildcard_constraints:
-        rank=r"\d\d+",
-    conda:
-        "../../envs/figures.yaml"
-    script:
-        "../scripts/rating_sheet.py"
-
-
 rule rating_sheet:
     input:
-        ranking=lambda wc: (
-            f"results/relict/{wc.dataset}/ranking_{REVIEW_CFG['rating_measure']}.tsv"
-            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
-            else f"results/relict/{wc.dataset}/ranking_{MEASURES_BY_DS[wc.dataset][0]}.tsv"
-        ),
-        pages=lambda wc: [
-            f"results/rating_sheet/{wc.dataset}/{r:02d}.png"
-            for r in range(1, min(REVIEW_CFG["top_k"], len(PLANS[wc.dataset].synthetic)) + 1)
-        ],
+        ranking=lambda wc: f"results/relict/{wc.dataset}/ranking_{rating_measure(wc)}.tsv",
+        synthetic=lambda wc: synthetic_images(wc.dataset),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        grid=grid_json,
     output:
         html=report(
             "results/rating_sheet/{dataset}/index.html",
@@ -204,24 +162,22 @@ rule rating_sheet:
             subcategory="{dataset}",
             labels={"page": "index"},
         ),
+        pages=directory("results/rating_sheet/{dataset}/pages"),
         template="results/rating_sheet/{dataset}/ratings_template.tsv",
     log:
         "logs/rating_sheet/{dataset}.log",
     params:
-        measure=lambda wc: (
-            REVIEW_CFG["rating_measure"]
-            if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
-            else MEASURES_BY_DS[wc.dataset][0]
-        ),
+        measure=rating_measure,
+        top_k=REVIEW_CFG["top_k"],
         note=lambda wc: (
             None
             if REVIEW_CFG["rating_measure"] in MEASURES_BY_DS[wc.dataset]
-            else f"{REVIEW_CFG['rating_measure']} is not computed for {wc.dataset}; ranked by {MEASURES_BY_DS[wc.dataset][0]}"
+            else f"{REVIEW_CFG['rating_measure']} is not computed for {wc.dataset}; ranked by {rating_measure(wc)}"
         ),
         raters=REVIEW_CFG["raters"],
     threads: 1
     resources:
-        mem_mb=1000,
+        mem_mb=2000,
     conda:
         "../../envs/figures.yaml"
     script:
@@ -287,6 +243,7 @@ rule filter_synthetic:
             else []
         ),
         rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in REVIEW_CFG["filter_measures"]],
+        ratings=lambda wc: ratings_file(wc.dataset) or [],
     output:
         kept="results/filter/{dataset}/kept.tsv",
         rejected="results/filter/{dataset}/rejected.tsv",
@@ -298,6 +255,8 @@ rule filter_synthetic:
         measures=REVIEW_CFG["filter_measures"],
         datasets=DATASETS,
         rated=RATED_DATASETS,
+        synthetic_ids=lambda wc: [v.id for v in PLANS[wc.dataset].synthetic],
+        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
     threads: 1
     resources:
         mem_mb=500,
@@ -320,6 +279,22 @@ rule review_all:
         [f"results/tables/{d}/thresholds.json" for d in RATED_DATASETS],
 
 
+rule filter_summary:
+    input:
+        summaries=[f"results/filter/{d}/summary.json" for d in FILTER_DATASETS],
+    output:
+        "results/filter/summary.tsv",
+    log:
+        "logs/filter_summary.log",
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/filter_synthetic.py"
+
+
 rule filter_all:
     input:
-        [f"results/filter/{d}/summary.json" for d in FILTER_DATASETS],
+        "results/filter/summary.tsv",

@@ -30,7 +30,7 @@ rule segment_train_unet:
 
 rule segment_predict_unet:
     input:
-        model="results/relict/segmentation/{dataset}/unet/model.pt",
+        model=unet_model,
         image=lambda wc: volume_image(wc.dataset, wc.vid),
     output:
         label="results/relict/segmentation/{dataset}/labels/{vid}.nii.gz",
@@ -76,7 +76,7 @@ rule nnunet_predict:
 rule import_nnunet_label:
     input:
         label=nnunet_prediction,
-        grid="results/preprocessed/{dataset}/grid.json",
+        grid=grid_json,
     output:
         label="results/relict/segmentation/{dataset}/labels/{vid}.nii.gz",
     log:

@@ -2,11 +2,13 @@
 # training scans, non-replicas = held-out scans), or volumes from the user's generator.
 
 
-rule spike_volume:
+rule spike_volume_labelled:
     input:
         image=spiked_source,
+        label=spiked_source_label,
     output:
         image="results/synthetic/{dataset}/images/{syn}.nii.gz",
+        label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
     log:
         "logs/spike_volume/{dataset}/{syn}.log",
     params:
@@ -17,34 +19,21 @@ rule spike_volume:
     resources:
         mem_mb=2000,
     wildcard_constraints:
-        dataset=_alternatives(PERTURBED_DATASETS),
+        dataset=_alternatives([d for d in PERTURBED_DATASETS if TRAINING_OF[d] in LABELLED_DATASETS]),
     conda:
         "../../envs/imaging.yaml"
     script:
         "../scripts/spike_volume.py"
 
 
-rule spike_label:
+# training scans without label maps: the image only
+use rule spike_volume_labelled as spike_volume with:
     input:
         image=spiked_source,
-        label=spiked_source_label,
     output:
-        label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
-    log:
-        "logs/spike_label/{dataset}/{syn}.log",
-    params:
-        row=spiked_row,
-        perturbation=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["perturbation"],
-        seed=lambda wc: ds_cfg(wc)["synthetic"]["spiked"]["seed"],
-    threads: 1
-    resources:
-        mem_mb=2000,
+        image="results/synthetic/{dataset}/images/{syn}.nii.gz",
     wildcard_constraints:
-        dataset=_alternatives(PERTURBED_DATASETS),
-    conda:
-        "../../envs/imaging.yaml"
-    script:
-        "../scripts/spike_label.py"
+        dataset=_alternatives([d for d in PERTURBED_DATASETS if TRAINING_OF[d] not in LABELLED_DATASETS]),
 
 
 rule spike_tof_volume:
@@ -74,11 +63,13 @@ rule spike_tof_volume:
 rule import_synthetic:
     input:
         image=lambda wc: plan(wc).synthetic_volume(wc.syn).image,
-        grid="results/preprocessed/{dataset}/grid.json",
+        grid=grid_json,
     output:
         image="results/synthetic/{dataset}/images/{syn}.nii.gz",
     log:
         "logs/import_synthetic/{dataset}/{syn}.log",
+    params:
+        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
     threads: 1
     resources:
         mem_mb=2000,
@@ -93,13 +84,14 @@ rule import_synthetic:
 rule import_synthetic_label:
     input:
         label=user_synthetic_label,
-        grid="results/preprocessed/{dataset}/grid.json",
+        grid=grid_json,
     output:
         label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
     log:
         "logs/import_synthetic_label/{dataset}/{syn}.log",
     params:
         n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
+        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
     threads: 1
     resources:
         mem_mb=1000,

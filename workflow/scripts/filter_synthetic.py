@@ -2,13 +2,17 @@
 with them (RELICT 2.2, automation step 6).
 
 Rule ``tuned_thresholds``: results/tables/{dataset}/thresholds.json of a rated dataset.
-Rule ``filter_synthetic``: kept.tsv / rejected.tsv of a dataset with ``filter_with``.
+Rule ``filter_synthetic``: kept.tsv / rejected.tsv of a dataset with ``filter_with`` (and,
+when that dataset is rated too, how the decisions compare with its rating).
+Rule ``filter_summary``: results/filter/summary.tsv, one row per filtered dataset
+(header only when none is: the file always exists, so DVC can track results/filter).
 """
 
 import json
 
 from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
+from synthaudit.ratings import consensus, read_ratings
 from synthaudit.relict import tables
 
 
@@ -32,6 +36,14 @@ def apply_filter(log):
     tuned = json.loads(open(snakemake.input.thresholds).read())
     rankings = {m: tables.read_ranking(p) for m, p in zip(measures, snakemake.input.rankings)}
     kept, rejected, summary = tables.filter_synthetic(dataset, rankings, tuned, measures)
+    if snakemake.input.ratings:
+        # this dataset is rated too (or has a known truth): check the transferred thresholds
+        scores = read_ratings(snakemake.input.ratings, snakemake.params.synthetic_ids)
+        truth = {i: c["replica"] for i, c in consensus(scores, snakemake.params.replica_min_score).items()}
+        summary["against_rating"] = tables.filter_against_rating(
+            [r["synthetic_id"] for r in rejected], snakemake.params.synthetic_ids, truth)
+        summary["against_rating"]["ratings"] = snakemake.input.ratings
+        log.info("%s: against its own rating: %s", dataset, summary["against_rating"])
     columns = tables.filter_columns(measures)
     write_tsv(snakemake.output.kept, kept, columns)
     write_tsv(snakemake.output.rejected, rejected, columns)
@@ -42,5 +54,11 @@ def apply_filter(log):
              dataset, summary["n_rejected"], summary["n_synthetic"], measures, source, summary["thresholds"])
 
 
+def collect(log):
+    rows = [tables.filter_summary_row(json.loads(open(p).read())) for p in snakemake.input.summaries]
+    write_tsv(snakemake.output[0], rows, tables.FILTER_SUMMARY_COLUMNS)
+    log.info("%d filtered dataset(s)", len(rows))
+
+
 with logged(snakemake.log[0]) as log:
-    {"tuned_thresholds": thresholds, "filter_synthetic": apply_filter}[snakemake.rule](log)
+    {"tuned_thresholds": thresholds, "filter_synthetic": apply_filter, "filter_summary": collect}[snakemake.rule](log)

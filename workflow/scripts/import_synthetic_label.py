@@ -5,9 +5,10 @@ from pathlib import Path
 
 import numpy as np
 
-from synthaudit.io import check_on_grid, load_volume, save_volume
+from synthaudit.io import load_volume, save_volume
 from synthaudit.logs import logged
 from synthaudit.segment.measures import check_labels
+from synthaudit.synthetic.imported import onto_grid
 
 with logged(snakemake.log[0]) as log:
     grid = json.loads(open(snakemake.input.grid).read())
@@ -15,7 +16,8 @@ with logged(snakemake.log[0]) as log:
     if source.is_dir():  # nnU-Net command mode: one folder of {id}.nii.gz predictions
         source = source / f"{snakemake.wildcards.vid}.nii.gz"
     data, affine = load_volume(source)
-    check_on_grid(str(source), data, affine, grid, what="label")
+    off_grid = snakemake.params.get("off_grid", "error")
+    data = onto_grid(str(source), data, affine, grid, off_grid=off_grid, what="label", label=True, log=log)
     check_labels(str(source), data, list(range(1, snakemake.params.n_classes + 1)))
     save_volume(snakemake.output.label, np.round(data), np.asarray(grid["affine"]), dtype=np.int16)
     log.info("imported %s", source)

@@ -1,4 +1,5 @@
-"""Snakemake adapter: register one scan to the template and write it on the ROI grid."""
+"""Snakemake adapter: register one scan to the template and write it (and its label map,
+when the rule has one) on the ROI grid."""
 
 import json
 
@@ -7,7 +8,7 @@ import SimpleITK as sitk
 
 from synthaudit.io import atomic_path, load_volume, save_volume, write_json
 from synthaudit.logs import logged
-from synthaudit.preprocess.pipeline import preprocess_image
+from synthaudit.preprocess.pipeline import preprocess_image, preprocess_label
 
 with logged(snakemake.log[0]) as log:
     pre = snakemake.params.preprocess
@@ -17,7 +18,13 @@ with logged(snakemake.log[0]) as log:
     log.info("preprocessing %s", snakemake.input.image)
     data, transform, qc = preprocess_image(snakemake.input.image, pre, grid, template, template_roi,
                                            threads=snakemake.threads)
-    save_volume(snakemake.output.image, data, np.asarray(grid["affine"]), dtype=np.float32)
+    affine = np.asarray(grid["affine"])
+    if "label" in snakemake.output.keys():
+        # the same transform, nearest neighbour: one resampling per scan, like the image
+        label = preprocess_label(snakemake.input.label, pre, grid, transform if pre["register"] else None)
+        save_volume(snakemake.output.label, label, affine, dtype=np.int16)
+        log.info("label values %s", np.unique(label).tolist())
+    save_volume(snakemake.output.image, data, affine, dtype=np.float32)
     with atomic_path(snakemake.output.transform) as tmp:
         sitk.WriteTransform(transform if transform is not None else sitk.Transform(3, sitk.sitkIdentity),
                             str(tmp))

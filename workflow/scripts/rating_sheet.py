@@ -1,53 +1,49 @@
 """Snakemake adapter: the rating sheet of the k most likely replicas (RELICT 2.2, automation step 5).
 
-Rule ``rating_sheet_page``: one PNG per rank, the synthetic volume and its closest
-training volume side by side (axial, coronal, sagittal mid-slices; RELICT's raters
-compared such pairs in ITK-SNAP, 2.5). Rule ``rating_sheet``: index.html with every
-page, the Likert scale of RELICT Table 1, and an empty rating table for the raters.
+One PNG per rank in pages/, the synthetic volume and its closest training volume side
+by side (axial, coronal, sagittal mid-slices; RELICT's raters compared such pairs in
+ITK-SNAP, 2.5); index.html with every page, the Likert scale of RELICT Table 1, and an
+empty rating table for the raters.
 """
 
 import base64
 import html
 import json
+from pathlib import Path
 
 from synthaudit.figures import pair_figure
 from synthaudit.io import load_volume, write_text
-from synthaudit.logs import logged
+from synthaudit.logs import Progress, logged
 from synthaudit.ratings import write_rating_template
 from synthaudit.relict import levels, tables
 
 
-def page(log):
-    dataset, rank, measure = snakemake.wildcards.dataset, int(snakemake.wildcards.rank), snakemake.params.measure
-    rows = tables.read_ranking(snakemake.input.ranking)
-    row = next((r for r in rows if r["rank"] == rank), None)
-    if row is None:
-        raise tables.ReviewError(f"dataset {dataset}: the {measure} ranking has no rank {rank} "
-                                 f"({len(rows)} synthetic volumes)")
-    sid, tid = row["synthetic_id"], row["closest_training_id"]
-    synthetic, _ = load_volume(tables.paths_by_id(snakemake.input.synthetic)[sid])
-    training, _ = load_volume(tables.paths_by_id(snakemake.input.training)[tid])
-    vrange = json.loads(open(snakemake.input.grid).read()).get("intensity_range")
-    pair_figure(snakemake.output.png, synthetic, training, sid, tid,
-                subtitle=f"rank {rank} by {levels.get(measure).label}, score {row['score']:.4g}",
-                vrange=None if vrange is None else tuple(vrange))
-    log.info("%s rank %d: %s vs %s (score %.4g)", dataset, rank, sid, tid, row["score"])
-
-
-def index(log):
+def main(log):
     dataset, measure, note = snakemake.wildcards.dataset, snakemake.params.measure, snakemake.params.note
-    rows = tables.read_ranking(snakemake.input.ranking)[: len(snakemake.input.pages)]
-    write_rating_template(snakemake.output.template, [r["synthetic_id"] for r in rows], snakemake.params.raters)
+    rows = tables.read_ranking(snakemake.input.ranking)[: snakemake.params.top_k]
+    synthetic_paths = tables.paths_by_id(snakemake.input.synthetic)
+    training_paths = tables.paths_by_id(snakemake.input.training)
+    vrange = json.loads(open(snakemake.input.grid).read()).get("intensity_range")
     label = levels.get(measure).label
     kind = tables.score_kind(measure)
+    pages = Path(snakemake.output.pages)
+    pages.mkdir(parents=True, exist_ok=True)
     items = []
-    for r, png in zip(rows, snakemake.input.pages):
-        data = base64.b64encode(open(png, "rb").read()).decode("ascii")
+    progress = Progress(log, f"{dataset} rating sheet", len(rows))
+    for done, r in enumerate(rows, 1):
+        sid, tid = r["synthetic_id"], r["closest_training_id"]
+        png = pages / f"{r['rank']:02d}.png"
+        pair_figure(png, load_volume(synthetic_paths[sid])[0], load_volume(training_paths[tid])[0], sid, tid,
+                    subtitle=f"rank {r['rank']} by {label}, score {r['score']:.4g}",
+                    vrange=None if vrange is None else tuple(vrange))
+        data = base64.b64encode(png.read_bytes()).decode("ascii")
         items.append(
-            f"<h3 id='rank{r['rank']}'>Rank {r['rank']}: synthetic {html.escape(r['synthetic_id'])} vs training "
-            f"{html.escape(r['closest_training_id'])}</h3><p>{label} {kind}: {r['score']:.4g} "
-            f"(file {html.escape(png.split('/')[-1])})</p><img style='max-width:100%' alt='rank {r['rank']}' "
+            f"<h3 id='rank{r['rank']}'>Rank {r['rank']}: synthetic {html.escape(sid)} vs training "
+            f"{html.escape(tid)}</h3><p>{label} {kind}: {r['score']:.4g} "
+            f"(file pages/{png.name})</p><img style='max-width:100%' alt='rank {r['rank']}' "
             f"src='data:image/png;base64,{data}'>")
+        progress(done)
+    write_rating_template(snakemake.output.template, [r["synthetic_id"] for r in rows], snakemake.params.raters)
     listing = tables.html_table(
         [{"rank": r["rank"], "synthetic_id": r["synthetic_id"], "closest_training_id": r["closest_training_id"],
           "score": r["score"]} for r in rows], ["rank", "synthetic_id", "closest_training_id", "score"])
@@ -74,4 +70,4 @@ def index(log):
 
 
 with logged(snakemake.log[0]) as log:
-    {"rating_sheet_page": page, "rating_sheet": index}[snakemake.rule](log)
+    main(log)

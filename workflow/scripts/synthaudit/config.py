@@ -7,6 +7,7 @@ twenty minutes into a registration job.
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 import jsonschema
@@ -72,12 +73,62 @@ def validate_params(params: dict, schema: dict | None = None, source: str = "par
             problems.extend(_describe(e, schema) for e in err.context)
         else:
             problems.append(_describe(err, schema))
+    datasets = params.get("datasets") if isinstance(params, dict) else None
+    if isinstance(datasets, dict) and all(isinstance(d, dict) for d in datasets.values()):
+        problems.extend(_shared_training_problems(params))
     if not problems:
-        problems.extend(_cross_field_problems(params))
+        problems.extend(_cross_field_problems({**params, "datasets": resolve_datasets(params["datasets"])}))
     if problems:
         lines = "\n  - ".join(dict.fromkeys(problems))
         raise ParamsError(f"{source} is invalid:\n  - {lines}")
     return params
+
+
+# What a dataset with ``training_from`` may set itself; everything else (the training
+# cohort, its preprocessing and its segmentation) is the other dataset's.
+SHARED_OWN_KEYS = ("training_from", "synthetic", "ratings", "filter_with")
+
+
+def _shared_training_problems(params: dict) -> list[str]:
+    out = []
+    datasets = params["datasets"]
+    for name, ds in datasets.items():
+        src = ds.get("training_from")
+        if src is None:
+            continue
+        where = f"datasets.{name}.training_from"
+        if src == name:
+            out.append(f"{where}: names the dataset itself")
+        elif src not in datasets:
+            out.append(f"{where}: {src!r} is not a dataset (known: {sorted(datasets)})")
+        elif datasets[src].get("training_from"):
+            out.append(f"{where}: {src!r} itself takes its training set from "
+                       f"{datasets[src]['training_from']!r}; name that dataset directly")
+        extra = sorted(set(ds) - set(SHARED_OWN_KEYS))
+        if extra:
+            out.append(f"datasets.{name}: {extra} come from {src!r} (training_from); a dataset that shares "
+                       f"a training set only sets {list(SHARED_OWN_KEYS)}")
+    return out
+
+
+def resolve_datasets(datasets: dict) -> dict:
+    """Expand every ``training_from`` dataset into a full entry: the training dataset's
+    cohort, preprocessing and segmentation with its own synthetic set, ratings and filter.
+
+    Why: auditing several synthetic sets (generators, checkpoints, later batches) against
+    one training set should not re-simulate, re-register or re-segment that training set.
+    The expanded entry keeps ``training_from`` so the workflow reads training outputs
+    from the named dataset.
+    """
+    out = {}
+    for name, ds in datasets.items():
+        src = ds.get("training_from")
+        if src is None:
+            out[name] = ds
+            continue
+        base = {k: v for k, v in datasets[src].items() if k not in SHARED_OWN_KEYS}
+        out[name] = {**copy.deepcopy(base), **{k: ds[k] for k in SHARED_OWN_KEYS if k in ds}}
+    return out
 
 
 def _cross_field_problems(params: dict) -> list[str]:
@@ -131,6 +182,13 @@ def _cross_field_problems(params: dict) -> list[str]:
             out.append(f"datasets.{name}.filter_with: {src!r} is not a dataset (known: {sorted(names)})")
         elif not (params["datasets"][src].get("ratings") or params["datasets"][src]["synthetic"]["source"] == "spiked"):
             out.append(f"datasets.{name}.filter_with: {src!r} has no rating, so no tuned thresholds")
+        seg = ds.get("segmentation")
+        for m in params["relict"]["review"]["filter_measures"]:
+            if m.startswith(("dice_", "asd_")) and not seg:
+                out.append(f"relict.review.filter_measures: {m} needs a segmentation block in datasets.{name}, "
+                           "which filters with it")
+            elif m.endswith("_multiclass") and seg and len(seg["classes"]) < 2:
+                out.append(f"relict.review.filter_measures: {m} needs more than one class in datasets.{name}")
     bad = [m for m in params["relict"]["review"]["filter_measures"] if m not in params["relict"]["measures"]]
     if bad:
         out.append(f"relict.review.filter_measures: {bad} are not in relict.measures")

@@ -144,3 +144,20 @@ def closest_by_measure_figure(path, synthetic: np.ndarray, closest: dict[str, tu
         ax.set_yticks([])
     fig.suptitle("Closest training volume by each measure (RELICT Figure 6)")
     _save(fig, path)
+
+
+def loss_figure(path, histories: dict[str, list[dict]], title: str) -> None:
+    """Training loss per epoch, one panel per model (log scale: losses fall by decades)."""
+    fig, axes = plt.subplots(1, len(histories), figsize=(5 * len(histories), 3.6), squeeze=False)
+    for ax, (name, rows) in zip(axes[0], histories.items()):
+        epochs = [int(r["epoch"]) for r in rows]
+        losses = [float(r["loss"]) for r in rows]
+        ax.plot(epochs, losses, marker="o" if len(rows) < 30 else None, ms=3)
+        if losses and min(losses) > 0:
+            ax.set_yscale("log")
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("training loss")
+        ax.set_title(name)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    _save(fig, path)

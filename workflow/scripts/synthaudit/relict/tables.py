@@ -543,6 +543,42 @@ def filter_synthetic(dataset: str, rankings: Mapping[str, list[dict]], threshold
     return kept, rejected, summary
 
 
+def filter_against_rating(rejected_ids: Sequence[str], all_ids: Sequence[str],
+                          replica: Mapping[str, bool]) -> dict:
+    """How the filter's decisions on a new dataset compare with that dataset's own rating.
+
+    Why: thresholds are tuned on one rated set and then trusted on later sets (RELICT's
+    automated detection); when a later set is rated too (or has a known truth), this is
+    the held-out check of that transfer. Ids without a rating are left out and counted.
+    """
+    rejected = set(rejected_ids)
+    rated = [i for i in all_ids if i in replica]
+    tp = sum(1 for i in rated if replica[i] and i in rejected)
+    fn = sum(1 for i in rated if replica[i] and i not in rejected)
+    tn = sum(1 for i in rated if not replica[i] and i not in rejected)
+    fp = sum(1 for i in rated if not replica[i] and i in rejected)
+    sens = tp / (tp + fn) if tp + fn else None
+    spec = tn / (tn + fp) if tn + fp else None
+    ba = (sens + spec) / 2 if sens is not None and spec is not None else None
+    return {"n_rated": len(rated), "n_unrated": len(all_ids) - len(rated), "true_positive": tp,
+            "false_negative": fn, "true_negative": tn, "false_positive": fp, "sensitivity": sens,
+            "specificity": spec, "balanced_accuracy": ba}
+
+
+FILTER_SUMMARY_COLUMNS = ["dataset", "thresholds_from", "measures", "n_synthetic", "n_kept", "n_rejected",
+                          "sensitivity", "specificity", "balanced_accuracy"]
+
+
+def filter_summary_row(summary: Mapping) -> dict:
+    """One row of results/filter/summary.tsv from a dataset's filter summary.json."""
+    check = summary.get("against_rating") or {}
+    return {"dataset": summary["dataset"], "thresholds_from": summary["thresholds_from"],
+            "measures": ",".join(summary["measures"]), "n_synthetic": summary["n_synthetic"],
+            "n_kept": summary["n_kept"], "n_rejected": summary["n_rejected"],
+            "sensitivity": check.get("sensitivity"), "specificity": check.get("specificity"),
+            "balanced_accuracy": check.get("balanced_accuracy")}
+
+
 # ---------------------------------------------------------------------------
 # Inter-rater agreement (paper 2.5 and 3.1)
 # ---------------------------------------------------------------------------

@@ -64,17 +64,3 @@ def perturb(volume: np.ndarray, label: np.ndarray | None, affine: np.ndarray, st
     out = out * np.float32(scale) + np.float32(shift)
     out += rng.normal(0.0, strength * cfg["noise_sigma"], size=out.shape).astype(np.float32)
     return out, lab
-
-
-def perturb_label(label: np.ndarray, affine: np.ndarray, strength: float, cfg: dict,
-                  rng: np.random.Generator) -> np.ndarray:
-    """The label map of the replica ``perturb`` makes with the same ``rng`` state.
-
-    The displacement field is the first draw of both functions, so the label is warped
-    (nearest neighbour) exactly as the image was.
-    """
-    if strength <= 0:
-        return label.copy()
-    disp = smooth_displacement(label.shape, spacing_from_affine(affine), strength * cfg["deformation_mm"],
-                               cfg["deformation_smoothness_mm"], rng)
-    return warp(label, disp, order=0).astype(label.dtype) if np.any(disp) else label.copy()
