@@ -26,9 +26,11 @@ include: "workflow/rules/common.smk"
 include: "workflow/rules/cohort.smk"
 include: "workflow/rules/preprocess.smk"
 include: "workflow/rules/synthetic.smk"
+include: "workflow/rules/generate.smk"
 include: "workflow/rules/features.smk"
 include: "workflow/rules/segment.smk"
 include: "workflow/rules/relict.smk"
+include: "workflow/rules/recall.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/review.smk"
 
@@ -39,7 +41,10 @@ rule all:
         rules.cohort_all.input,
         rules.preprocess_all.input,
         rules.synthetic_all.input,
+        rules.generate_all.input,
         rules.relict_all.input,
+        rules.recall_all.input,
+        rules.sweep_all.input,
         rules.figures_all.input,
         rules.review_all.input,
         rules.filter_all.input,

@@ -124,3 +124,30 @@ def test_every_params_key_has_a_comment(root):
             undocumented.append(stripped)
     assert not undocumented, f"params.yaml keys without a comment: {undocumented}"
     assert yaml.safe_load((root / "params.yaml").read_text())
+
+
+def test_generator_sweep_makes_one_dataset_per_size(params):
+    from synthaudit.config import sweep_datasets
+
+    points = sweep_datasets(params)
+    sizes = params["generator_sweep"]["n_training"]
+    assert list(points) == [f"ncct_ldm_n{n}" for n in sizes]
+    for n, entry in zip(sizes, points.values()):
+        assert entry["training_from"] == "ncct_demo" and entry["synthetic"]["ldm"]["n_training"] == n
+        assert entry["measures"] == ["rmse"] and entry["filter_with"] == "ncct_demo"
+    assert params["datasets"]["ncct_ldm"]["synthetic"]["ldm"]["n_training"] is None  # the base is untouched
+
+
+def test_generator_settings_are_checked_with_the_key_named(params):
+    p = copy.deepcopy(params)
+    p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]["diffusion"]["num_head_channels"] = 5
+    p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]["autoencoder"]["chanels"] = [8]
+    msg = _error(p)
+    assert "datasets.ncct_ldm.synthetic.ldm.diffusion: num_head_channels 5 does not divide channels 32" in msg
+    assert "datasets.ncct_ldm.synthetic.ldm.autoencoder:" in msg and "chanels" in msg
+    p = copy.deepcopy(params)
+    p["generator_sweep"]["dataset"] = "ncct_demo"
+    assert "generator_sweep.dataset: 'ncct_demo' has synthetic.source 'spiked'" in _error(p)
+    p = copy.deepcopy(params)
+    p["relict"]["recall"]["measure"] = "dice_binary"
+    assert "relict.recall.measure" in _error(p)

@@ -132,3 +132,15 @@ def test_imported_sample_off_grid_is_refused_or_resampled(caplog):
     assert np.allclose(out[inside], (0.5 * 2 * i + 0.25 * 2 * j)[inside], atol=1e-4)
     same = np.ones((10, 12, 8), np.float32)
     assert onto_grid("t.nii.gz", same, grid_affine, grid, off_grid="resample") is same
+
+
+def test_generator_training_subsets_are_nested_and_checked():
+    from synthaudit.sources import generator_training_subset
+
+    ids = [f"s{i:02d}" for i in range(10)]
+    assert generator_training_subset(ids, None, 3) == ids
+    small, large = generator_training_subset(ids, 2, 3), generator_training_subset(ids, 6, 3)
+    assert len(small) == 2 and len(large) == 6 and set(small) <= set(large)
+    assert generator_training_subset(ids, 6, 3) == large  # seeded
+    with pytest.raises(SourceError, match="n_training=11: must be between 1 and the 10 training volumes"):
+        generator_training_subset(ids, 11, 3)

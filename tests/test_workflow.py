@@ -74,6 +74,37 @@ def test_demo_registration_qc_and_outputs(demo):
     assert np.allclose(img.affine, grid["affine"])
 
 
+def test_demo_generator_trains_samples_and_is_audited(demo):
+    """The in-workflow latent diffusion model: losses per epoch, samples on the grid,
+    RELICT rankings and the filter of its samples, recall against held-out volumes."""
+    gen = demo / "results/generator/ncct_ldm"
+    assert len(read_tsv(gen / "autoencoder_history.tsv")) == 2 and len(read_tsv(gen / "diffusion_history.tsv")) == 3
+    assert sorted(p.name for p in (gen / "checkpoints").iterdir())[0].startswith("autoencoder-")
+    assert np.load(gen / "latents.npz")["latents"].shape[0] == 8  # 4 training patients x 2 scans
+    grid = json.loads((demo / "results/preprocessed/ncct_demo/grid.json").read_text())
+    samples = sorted((demo / "results/synthetic/ncct_ldm/images").glob("*.nii.gz"))
+    assert [p.name for p in samples] == [f"gen{i:03d}.nii.gz" for i in range(1, 5)]
+    img = nib.load(samples[0])
+    assert list(img.shape) == grid["shape"] and np.isfinite(img.get_fdata()).all()
+    assert len(read_tsv(demo / "results/relict/ncct_ldm/ranking_rmse.tsv")) == 4
+    assert (demo / "results/figures/ncct_ldm/generator_losses.png").stat().st_size > 0
+    filt = json.loads((demo / "results/filter/ncct_ldm/summary.json").read_text())
+    assert filt["thresholds_from"] == "ncct_demo" and filt["n_synthetic"] == 4
+    # recall: every dataset with held-out volumes; the sweep point learns from 2 scans
+    recall = json.loads((demo / "results/metrics/recall.json").read_text())
+    assert set(recall) == {"ncct_demo", "tof_demo", "tof_demo_batch2", "ncct_ldm", "ncct_ldm_n2"}
+    assert recall["ncct_ldm"]["n_training"] == 8 and recall["ncct_ldm_n2"]["n_training"] == 2
+    assert recall["ncct_demo"]["n_synthetic"] == 9 and 0 < recall["ncct_demo"]["learned_fraction"] <= 1
+    sweep = read_tsv(demo / "results/tables/generator_sweep.tsv")
+    assert [(r["dataset"], r["n_training"]) for r in sweep] == [("ncct_ldm_n2", "2"), ("ncct_ldm", "8")]
+    assert float(sweep[0]["diffusion_train_seconds"]) > 0 and (demo / "results/figures/generator_sweep.png").exists()
+    # the sweep's generators share the swept generator's autoencoder
+    assert not (demo / "results/generator/ncct_ldm_n2/autoencoder.pt").exists()
+    assert len(read_tsv(demo / "results/generator/ncct_ldm_n2/diffusion_history.tsv")) == 3 * 2  # equal steps
+    # the sweep point only computes what the sweep needs
+    assert sorted(p.name for p in (demo / "results/relict/ncct_ldm_n2/measures").iterdir()) == ["rmse.npz"]
+
+
 def test_demo_rerun_does_nothing_and_report_builds(demo):
     proc = snakemake(demo, extra=["-n"])
     assert "Nothing to be done" in proc.stdout + proc.stderr

@@ -36,6 +36,11 @@ def tiny_params() -> dict:
     tof["demo"].update(n_subjects=10, n_heldout_subjects=4)  # RELICT's 128 x 128 x 32 grid: small already
     tof["synthetic"]["spiked"].update(n_replicas=4, n_nonreplicas=4)
     p["datasets"]["tof_demo_batch2"]["synthetic"]["spiked"].update(n_replicas=3, n_nonreplicas=3)
+    ldm = p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]  # the generator at seconds-size
+    ldm["n_samples"] = 4
+    ldm["autoencoder"].update(channels=[8, 8], epochs=2, patch_size=[24, 24, 24])
+    ldm["diffusion"].update(channels=[8, 16], epochs=3, num_inference_steps=4, batch_size=4)
+    p["generator_sweep"]["n_training"] = [2]  # equal_steps: 4x the epochs on 2 of 8 scans
     p["relict"]["n_closest"] = 4
     p["relict"]["evaluation"]["bootstrap"]["n"] = 200
     return p
@@ -46,6 +51,8 @@ def ncct_only(params: dict) -> dict:
     params = copy.deepcopy(params)
     params["datasets"].pop("tof_demo")
     params["datasets"].pop("tof_demo_batch2")
+    params["datasets"].pop("ncct_ldm")
+    params["generator_sweep"]["dataset"] = None
     params["relict"]["review"]["filter_measures"] = ["rmse"]
     return params
 

@@ -1,20 +1,23 @@
 # Validation of params.yaml, the dataset plans (every id known at parse time),
 # wildcard constraints and input functions shared by all rules.
 
+import copy
+import math
 import re
 from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
-from synthaudit.config import ParamsError, resolve_datasets, validate_params
+from synthaudit.config import ParamsError, filter_measures, resolve_datasets, validate_params, with_sweep
 from synthaudit.relict import levels as measure_levels
-from synthaudit.sources import SourceError, plan_dataset
+from synthaudit.sources import SourceError, generator_training_subset, plan_dataset
 
 try:
     validate_params(config)
     # datasets with training_from become full entries that read the training side
     # (cohort, preprocessing, training features and labels) from the named dataset
-    config["datasets"] = resolve_datasets(config["datasets"])
+    # (and generator_sweep adds one dataset per training-set size)
+    config["datasets"] = resolve_datasets(with_sweep(config))
     PLANS = {name: plan_dataset(name, ds) for name, ds in config["datasets"].items()}
 except (ParamsError, SourceError) as e:
     raise WorkflowError(str(e)) from None
@@ -28,17 +31,29 @@ DEMO_DATASETS = [d for d in OWN_TRAINING if config["datasets"][d]["source"] == "
 TOF_DATASETS = [d for d in DATASETS if config["datasets"][d]["source"] == "demo_tof"]
 SPIKED_DATASETS = [d for d in DATASETS if config["datasets"][d]["synthetic"]["source"] == "spiked"]
 PERTURBED_DATASETS = [d for d in SPIKED_DATASETS if d not in TOF_DATASETS]
-IMPORTED_DATASETS = [d for d in DATASETS if d not in SPIKED_DATASETS]
+LDM_DATASETS = [d for d in DATASETS if config["datasets"][d]["synthetic"]["source"] == "ldm"]
+IMPORTED_DATASETS = [d for d in DATASETS if d not in SPIKED_DATASETS and d not in LDM_DATASETS]
+SWEEP = config.get("generator_sweep") or {}
+SWEEP_DATASETS = [f"{SWEEP['dataset']}_n{n}" for n in SWEEP["n_training"]] if SWEEP.get("dataset") else []
+# the generator whose autoencoder (and latents) a generator uses: its own, except in the
+# sweep, where only the diffusion model's training set varies
+AE_OWNER = {d: SWEEP["dataset"] if d in SWEEP_DATASETS else d for d in LDM_DATASETS}
+AE_DATASETS = [d for d in LDM_DATASETS if AE_OWNER[d] == d]
+# datasets that get the review outputs (rating sheet, paper tables, ranking pages): the
+# sweep's datasets are summarised by the sweep instead
+REVIEWED_DATASETS = [d for d in DATASETS if d not in SWEEP_DATASETS]
 MEASURES = list(config["relict"]["measures"])
-SEG_DATASETS = [d for d in DATASETS if config["datasets"][d].get("segmentation")]
 
 
 def measures_of(dataset):
     """The measures that apply to a dataset: segmentation level only with a segmentation
     block, multiclass variants only with more than one class."""
     seg = config["datasets"][dataset].get("segmentation")
+    chosen = config["datasets"][dataset].get("measures") or MEASURES
     out = []
     for m in MEASURES:
+        if m not in chosen:
+            continue
         level = measure_levels.get(m).level
         if level == "segmentation" and not seg:
             continue
@@ -52,6 +67,8 @@ MEASURES_BY_DS = {d: measures_of(d) for d in DATASETS}
 IMAGE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "image"]
 FEATURE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "feature"]
 SEG_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "segmentation"]
+# datasets audited at segmentation level (a segmentation block and a measure of that level)
+SEG_DATASETS = [d for d in DATASETS if any(m in SEG_MEASURES for m in MEASURES_BY_DS[d])]
 
 
 def _alternatives(names):
@@ -62,7 +79,7 @@ def _alternatives(names):
 wildcard_constraints:
     dataset=_alternatives(DATASETS),
     measure=_alternatives(MEASURES),
-    split="train|synthetic",
+    split="train|synthetic|heldout",
     scan=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
@@ -206,9 +223,10 @@ def volume_image(dataset, vid):
 
 
 def split_images(dataset, split):
+    """The volumes of one split: synthetic, train or heldout (real, preprocessed)."""
     if split == "synthetic":
         return synthetic_images(dataset)
-    return preprocessed_images(dataset, role="train")
+    return preprocessed_images(dataset, role=split)
 
 
 def user_synthetic_label(wildcards):
@@ -264,10 +282,70 @@ def training_labels(wildcards):
 def split_ids(dataset, split):
     if split == "synthetic":
         return [v.id for v in PLANS[dataset].synthetic]
-    return [s.id for s in PLANS[dataset].train]
+    return [s.id for s in (PLANS[dataset].train if split == "train" else PLANS[dataset].heldout)]
 
 
 def rating_measure(wildcards):
     """The measure that ranks the rating sheet (its first measure when that one is not computed)."""
     measures = MEASURES_BY_DS[wildcards.dataset]
     return config["relict"]["review"]["rating_measure"] if config["relict"]["review"]["rating_measure"] in measures else measures[0]
+
+
+def generator_training_ids(dataset, subset_only=False):
+    """The training volumes an in-workflow generator learns from (all, or n_training of
+    them); with subset_only, an empty list when that is all of them."""
+    ldm = config["datasets"][dataset]["synthetic"].get("ldm")
+    ids = sorted(s.id for s in PLANS[dataset].train)
+    if not ldm or ldm.get("n_training") is None:
+        return [] if subset_only else ids
+    return generator_training_subset(ids, ldm["n_training"], ldm["seed"])
+
+
+def generator_training_images(wildcards):
+    base = TRAINING_OF[wildcards.dataset]
+    return [f"results/preprocessed/{base}/images/{i}.nii.gz" for i in generator_training_ids(wildcards.dataset)]
+
+
+# Generative-model recall: every dataset whose training set has held-out volumes (the
+# reference); held-out distances are computed once per training set (RECALL_BASES).
+RECALL_CFG = config["relict"]["recall"]
+RECALL_DATASETS = [d for d in DATASETS if PLANS[d].heldout and RECALL_CFG["measure"] in MEASURES_BY_DS[d]]
+RECALL_BASES = sorted({TRAINING_OF[d] for d in RECALL_DATASETS})
+
+
+def ldm_checkpoint(stage):
+    """Input function: the training checkpoint of one LDM stage, named by a hash of the
+    settings that shape the training (not the epochs). Changing a setting starts a fresh
+    checkpoint; re-running the same settings (after an interruption, or with more epochs)
+    resumes the old one."""
+    import hashlib
+    import json
+
+    def path(wildcards):
+        ldm = ds_cfg(wildcards)["synthetic"]["ldm"]
+        shaping = {k: v for k, v in ldm[stage].items() if k not in ("epochs", "num_inference_steps", "sample_batch_size")}
+        # the diffusion model learns the autoencoder's latents: any change there is new data
+        upstream = ldm["autoencoder"] if stage == "diffusion" else None
+        key = json.dumps([shaping, upstream, ldm["seed"], generator_training_ids(wildcards.dataset)], sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        return f"results/generator/{wildcards.dataset}/checkpoints/{stage}-{digest}.ckpt"
+
+    return path
+
+
+def ldm_settings(dataset):
+    """The generator settings a training rule uses. In the memorisation sweep with
+    equal_steps, a smaller training set gets more epochs, so that every generator of the
+    sweep takes the same number of optimiser steps (ceil(n / batch_size) per epoch)."""
+    ldm = copy.deepcopy(config["datasets"][dataset]["synthetic"]["ldm"])
+    if dataset in SWEEP_DATASETS and SWEEP.get("equal_steps"):
+        n_full, n = len(generator_training_ids(SWEEP["dataset"])), len(generator_training_ids(dataset))
+        for stage in ("diffusion",):  # the autoencoder is the swept generator's
+            batch = ldm[stage].get("batch_size", 2)
+            steps_full = ldm[stage].get("epochs", 100) * math.ceil(n_full / batch)
+            ldm[stage]["epochs"] = max(1, round(steps_full / math.ceil(n / batch)))
+    return ldm
+
+
+# the sweep's points in order of training-set size: its datasets and the swept generator
+SWEEP_POINTS = sorted(SWEEP_DATASETS + [SWEEP["dataset"]], key=lambda d: len(generator_training_ids(d))) if SWEEP_DATASETS else []

@@ -61,5 +61,6 @@ rule ranking_report:
 rule figures_all:
     input:
         [f"results/figures/{d}/balanced_accuracy.png" for d in RATED_DATASETS],
-        [f"results/figures/{d}/rankings.html" for d in DATASETS],
+        [f"results/figures/{d}/rankings.html" for d in REVIEWED_DATASETS],
+        [f"results/figures/{d}/generator_losses.png" for d in AE_DATASETS],
         [f"results/preprocessed/{d}/qc_montage.png" for d in OWN_TRAINING],

@@ -64,7 +64,7 @@ rule table_runtime:
 
 rule table_runtime_all:
     input:
-        [f"results/tables/{d}/runtime.tsv" for d in DATASETS],
+        [f"results/tables/{d}/runtime.tsv" for d in REVIEWED_DATASETS],
     output:
         table="results/tables/runtime.tsv",
         html=report(
@@ -77,7 +77,7 @@ rule table_runtime_all:
     log:
         "logs/table_runtime_all.log",
     params:
-        datasets=DATASETS,
+        datasets=REVIEWED_DATASETS,
     threads: 1
     resources:
         mem_mb=500,
@@ -242,7 +242,7 @@ rule filter_synthetic:
             if config["datasets"][wc.dataset].get("filter_with") in RATED_DATASETS
             else []
         ),
-        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in REVIEW_CFG["filter_measures"]],
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in filter_measures(config, wc.dataset)],
         ratings=lambda wc: ratings_file(wc.dataset) or [],
     output:
         kept="results/filter/{dataset}/kept.tsv",
@@ -252,7 +252,7 @@ rule filter_synthetic:
         "logs/filter_synthetic/{dataset}.log",
     params:
         source=lambda wc: config["datasets"][wc.dataset].get("filter_with"),
-        measures=REVIEW_CFG["filter_measures"],
+        measures=lambda wc: filter_measures(config, wc.dataset),
         datasets=DATASETS,
         rated=RATED_DATASETS,
         synthetic_ids=lambda wc: [v.id for v in PLANS[wc.dataset].synthetic],
@@ -271,10 +271,10 @@ rule filter_synthetic:
 rule review_all:
     input:
         "results/tables/runtime.tsv",
-        [f"results/tables/{d}/runtime.tsv" for d in DATASETS],
-        [f"results/tables/{d}/combined_ranking.tsv" for d in DATASETS],
-        [f"results/figures/{d}/closest_by_measure.png" for d in DATASETS],
-        [f"results/rating_sheet/{d}/index.html" for d in DATASETS],
+        [f"results/tables/{d}/runtime.tsv" for d in REVIEWED_DATASETS],
+        [f"results/tables/{d}/combined_ranking.tsv" for d in REVIEWED_DATASETS],
+        [f"results/figures/{d}/closest_by_measure.png" for d in REVIEWED_DATASETS],
+        [f"results/rating_sheet/{d}/index.html" for d in REVIEWED_DATASETS],
         [f"results/ratings/{d}/agreement.json" for d in RATED_DATASETS],
         [f"results/tables/{d}/thresholds.json" for d in RATED_DATASETS],
 

@@ -77,7 +77,10 @@ def validate_params(params: dict, schema: dict | None = None, source: str = "par
     if isinstance(datasets, dict) and all(isinstance(d, dict) for d in datasets.values()):
         problems.extend(_shared_training_problems(params))
     if not problems:
-        problems.extend(_cross_field_problems({**params, "datasets": resolve_datasets(params["datasets"])}))
+        problems.extend(_sweep_problems(params))
+    if not problems:
+        full = with_sweep(params)
+        problems.extend(_cross_field_problems({**params, "datasets": resolve_datasets(full)}))
     if problems:
         lines = "\n  - ".join(dict.fromkeys(problems))
         raise ParamsError(f"{source} is invalid:\n  - {lines}")
@@ -86,7 +89,7 @@ def validate_params(params: dict, schema: dict | None = None, source: str = "par
 
 # What a dataset with ``training_from`` may set itself; everything else (the training
 # cohort, its preprocessing and its segmentation) is the other dataset's.
-SHARED_OWN_KEYS = ("training_from", "synthetic", "ratings", "filter_with")
+SHARED_OWN_KEYS = ("training_from", "synthetic", "ratings", "filter_with", "filter_measures", "measures")
 
 
 def _shared_training_problems(params: dict) -> list[str]:
@@ -109,6 +112,53 @@ def _shared_training_problems(params: dict) -> list[str]:
             out.append(f"datasets.{name}: {extra} come from {src!r} (training_from); a dataset that shares "
                        f"a training set only sets {list(SHARED_OWN_KEYS)}")
     return out
+
+
+def sweep_datasets(params: dict) -> dict:
+    """The datasets of ``generator_sweep``: one per training-set size, named
+    ``{dataset}_n{size}``, each a copy of the swept generator trained on that many
+    training volumes (nested subsets), audited against the same training set with the
+    recall measure only (the sweep asks how replicas and recall change with size).
+    """
+    sweep = params.get("generator_sweep") or {}
+    base_name = sweep.get("dataset")
+    if not base_name:
+        return {}
+    base = params["datasets"][base_name]
+    out = {}
+    for n in sweep["n_training"]:
+        syn = copy.deepcopy(base["synthetic"])
+        syn["ldm"]["n_training"] = n
+        entry = {"training_from": base.get("training_from") or base_name, "synthetic": syn, "ratings": None,
+                 "measures": [params["relict"]["recall"]["measure"]]}
+        if base.get("filter_with"):
+            entry["filter_with"] = base["filter_with"]
+            entry["filter_measures"] = filter_measures(params, base_name)
+            entry["measures"] = list(dict.fromkeys(entry["measures"] + entry["filter_measures"]))
+        out[f"{base_name}_n{n}"] = entry
+    return out
+
+
+def with_sweep(params: dict) -> dict:
+    """``params["datasets"]`` plus the generator sweep's datasets (a new dict)."""
+    return {**params["datasets"], **sweep_datasets(params)}
+
+
+def _sweep_problems(params: dict) -> list[str]:
+    sweep = params.get("generator_sweep") or {}
+    name = sweep.get("dataset")
+    if not name:
+        return []
+    ds = params["datasets"].get(name)
+    if ds is None:
+        return [f"generator_sweep.dataset: {name!r} is not a dataset (known: {sorted(params['datasets'])})"]
+    if ds["synthetic"]["source"] != "ldm":
+        return [f"generator_sweep.dataset: {name!r} has synthetic.source {ds['synthetic']['source']!r}; "
+                "the sweep varies the in-workflow generator (source ldm)"]
+    clash = sorted(set(sweep_datasets(params)) & set(params["datasets"]))
+    if clash:
+        return [f"generator_sweep: dataset name(s) {clash} are taken; rename those datasets"]
+    return []
 
 
 def resolve_datasets(datasets: dict) -> dict:
@@ -183,15 +233,45 @@ def _cross_field_problems(params: dict) -> list[str]:
         elif not (params["datasets"][src].get("ratings") or params["datasets"][src]["synthetic"]["source"] == "spiked"):
             out.append(f"datasets.{name}.filter_with: {src!r} has no rating, so no tuned thresholds")
         seg = ds.get("segmentation")
-        for m in params["relict"]["review"]["filter_measures"]:
+        key = f"datasets.{name}.filter_measures" if ds.get("filter_measures") else "relict.review.filter_measures"
+        chosen = ds.get("measures")
+        for m in filter_measures(params, name):
             if m.startswith(("dice_", "asd_")) and not seg:
-                out.append(f"relict.review.filter_measures: {m} needs a segmentation block in datasets.{name}, "
-                           "which filters with it")
+                out.append(f"{key}: {m} needs a segmentation block in datasets.{name}, which filters with it")
             elif m.endswith("_multiclass") and seg and len(seg["classes"]) < 2:
-                out.append(f"relict.review.filter_measures: {m} needs more than one class in datasets.{name}")
-    bad = [m for m in params["relict"]["review"]["filter_measures"] if m not in params["relict"]["measures"]]
-    if bad:
-        out.append(f"relict.review.filter_measures: {bad} are not in relict.measures")
+                out.append(f"{key}: {m} needs more than one class in datasets.{name}")
+            elif chosen and m not in chosen:
+                out.append(f"{key}: {m} is not in datasets.{name}.measures")
+            elif m not in params["relict"]["measures"]:
+                out.append(f"{key}: {m} is not in relict.measures")
+    for name, ds in params["datasets"].items():
+        extra = [m for m in ds.get("measures") or [] if m not in params["relict"]["measures"]]
+        if extra:
+            out.append(f"datasets.{name}.measures: {extra} are not in relict.measures")
+        if ds["synthetic"]["source"] == "ldm":
+            out.extend(_ldm_problems(f"datasets.{name}.synthetic.ldm", ds["synthetic"]["ldm"]))
+    rec = params["relict"]["recall"]["measure"]
+    if rec not in params["relict"]["measures"]:
+        out.append(f"relict.recall.measure: {rec!r} is not in relict.measures")
+    return out
+
+
+def filter_measures(params: dict, dataset: str) -> list[str]:
+    """The measures a dataset with filter_with is filtered with: its own list, or the global one."""
+    return list(params["datasets"][dataset].get("filter_measures") or params["relict"]["review"]["filter_measures"])
+
+
+def _ldm_problems(where: str, ldm: dict) -> list[str]:
+    """The generator's network settings, checked by the code that builds the networks
+    (imported here without torch, so validation stays fast)."""
+    from .generate.config import autoencoder_config, diffusion_config
+
+    out = []
+    for key, check in (("autoencoder", autoencoder_config), ("diffusion", diffusion_config)):
+        try:
+            check(ldm[key])
+        except ValueError as e:
+            out.append(f"{where}.{key}: {e}")
     return out
 
 

@@ -245,6 +245,22 @@ def spiked_plan(cfg: dict, train_ids: list[str], heldout_ids: list[str]) -> list
     return [dict(id=f"syn{k:0{width}d}", **items[j]) for k, j in enumerate(order)]
 
 
+def generator_training_subset(train_ids: list[str], n: int | None, seed: int) -> list[str]:
+    """The training volumes an in-workflow generator learns from: all, or ``n`` of them.
+
+    The subset is the first ``n`` of one seeded permutation, so smaller training sets
+    are nested in larger ones (a sweep over ``n`` adds volumes, it does not swap them).
+    Returned in sorted order.
+    """
+    ids = sorted(train_ids)
+    if n is None:
+        return ids
+    if not 1 <= n <= len(ids):
+        raise SourceError(f"n_training={n}: must be between 1 and the {len(ids)} training volumes")
+    order = np.random.default_rng(seed).permutation(len(ids))
+    return sorted(ids[i] for i in order[:n])
+
+
 def plan_dataset(name: str, ds: dict, demo_table=None) -> DatasetPlan:
     """All ids of one dataset, computed from params (and the user's manifests/folders).
 
@@ -276,6 +292,14 @@ def plan_dataset(name: str, ds: dict, demo_table=None) -> DatasetPlan:
         except SourceError as e:
             raise SourceError(f"datasets.{name}.{e}") from None
         synthetic = [SyntheticVolume(id=r["id"]) for r in spiked]
+    elif syn_cfg["source"] == "ldm":
+        ldm = syn_cfg["ldm"]
+        try:
+            generator_training_subset([s.id for s in scans if s.role == "train"], ldm.get("n_training"), ldm["seed"])
+        except SourceError as e:
+            raise SourceError(f"datasets.{name}.synthetic.ldm.{e}") from None
+        width = max(3, len(str(ldm["n_samples"])))
+        synthetic = [SyntheticVolume(id=f"gen{k:0{width}d}") for k in range(1, ldm["n_samples"] + 1)]
     elif syn_cfg["source"] == "folder":
         synthetic = read_synthetic_folder(syn_cfg["folder"], syn_cfg.get("pattern", "*.nii*"))
     else:

@@ -1,0 +1,130 @@
+# Generative-model recall and memorisation (Dombrowski et al. 4.3, Table 4): which
+# training volumes the synthetic set covers, against held-out real volumes as the
+# reference. Needs the held-out real volumes' distances to the training set, computed
+# once per training set with the same measure code as RELICT.
+
+
+use rule relict_measure as relict_heldout_measure with:
+    input:
+        synthetic=lambda wc: preprocessed_images(wc.dataset, role="heldout"),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        training_qc=training_qc,
+        grid=grid_json,
+    output:
+        "results/relict/{dataset}/heldout/{measure}.npz",
+    log:
+        "logs/relict_heldout_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    params:
+        synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        ssim=config["relict"]["ssim"],
+    wildcard_constraints:
+        dataset=_alternatives(RECALL_BASES),
+        measure=_alternatives(IMAGE_MEASURES),
+
+
+use rule relict_feature_measure as relict_heldout_feature_measure with:
+    input:
+        synthetic="results/relict/features/{dataset}/heldout.npz",
+        training="results/relict/features/{dataset}/train.npz",
+    output:
+        "results/relict/{dataset}/heldout/{measure}.npz",
+    log:
+        "logs/relict_heldout_feature_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(RECALL_BASES),
+        measure=_alternatives(FEATURE_MEASURES),
+
+
+rule relict_recall:
+    input:
+        synthetic=lambda wc: f"results/relict/{wc.dataset}/measures/{RECALL_CFG['measure']}.npz",
+        heldout=lambda wc: f"results/relict/{TRAINING_OF[wc.dataset]}/heldout/{RECALL_CFG['measure']}.npz",
+    output:
+        summary="results/relict/{dataset}/recall.json",
+        table="results/relict/{dataset}/recall_training.tsv",
+        figure=report(
+            "results/relict/{dataset}/recall.png",
+            caption="../report/recall.rst",
+            category="Recall",
+            subcategory="{dataset}",
+        ),
+    log:
+        "logs/relict_recall/{dataset}.log",
+    params:
+        measure=RECALL_CFG["measure"],
+        flag_percentile=RECALL_CFG["flag_percentile"],
+        generator_training_ids=lambda wc: generator_training_ids(wc.dataset, subset_only=True),
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives(RECALL_DATASETS),
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/relict_recall.py"
+
+
+rule recall_metrics:
+    input:
+        [f"results/relict/{d}/recall.json" for d in RECALL_DATASETS],
+    output:
+        "results/metrics/recall.json",
+    log:
+        "logs/recall_metrics.log",
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/recall_metrics.py"
+
+
+rule recall_all:
+    input:
+        "results/metrics/recall.json",
+
+
+# The memorisation sweep: the in-workflow generator trained on nested training sets of
+# growing size (generator_sweep), each audited with RELICT and recall.
+rule generator_sweep:
+    input:
+        recall=[f"results/relict/{d}/recall.json" for d in SWEEP_POINTS],
+        filtered=[f"results/filter/{d}/summary.json" for d in SWEEP_POINTS if d in FILTER_DATASETS],
+        diffusion=[f"benchmarks/ldm_train_diffusion/{d}.tsv" for d in SWEEP_POINTS],
+        sampling=[f"benchmarks/ldm_sample/{d}.tsv" for d in SWEEP_POINTS],
+        autoencoder=[f"benchmarks/ldm_train_autoencoder/{SWEEP['dataset']}.tsv"] if SWEEP_POINTS else [],
+    output:
+        table="results/tables/generator_sweep.tsv",
+        metrics="results/metrics/generator_sweep.json",
+        figure=report(
+            "results/figures/generator_sweep.png",
+            caption="../report/generator_sweep.rst",
+            category="Generator",
+            subcategory="sweep",
+        ),
+    log:
+        "logs/generator_sweep.log",
+    params:
+        datasets=SWEEP_POINTS,
+        n_training=[len(generator_training_ids(d)) for d in SWEEP_POINTS],
+        base=SWEEP.get("dataset"),
+        filtered=[d in FILTER_DATASETS for d in SWEEP_POINTS],
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/generator_sweep.py"
+
+
+rule sweep_all:
+    input:
+        "results/figures/generator_sweep.png",
