@@ -92,7 +92,7 @@ def test_demo_generator_trains_samples_and_is_audited(demo):
     assert filt["thresholds_from"] == "ncct_demo" and filt["n_synthetic"] == 4
     # recall: every dataset with held-out volumes; the sweep point learns from 2 scans
     recall = json.loads((demo / "results/metrics/recall.json").read_text())
-    assert set(recall) == {"ncct_demo", "tof_demo", "tof_demo_batch2", "ncct_ldm", "ncct_ldm_n2"}
+    assert set(recall) == {"ncct_demo", "tof_demo", "ncct_ldm", "ncct_ldm_n2"}
     assert recall["ncct_ldm"]["n_training"] == 8 and recall["ncct_ldm_n2"]["n_training"] == 2
     assert recall["ncct_demo"]["n_synthetic"] == 9 and 0 < recall["ncct_demo"]["learned_fraction"] <= 1
     sweep = read_tsv(demo / "results/tables/generator_sweep.tsv")
@@ -172,6 +172,7 @@ def _user_dataset(tmp_path, layout):
     ds["synthetic"] = {"source": "folder", "folder": str(syn)}
     ds["ratings"] = str(tmp_path / "ratings.tsv")
     p["datasets"] = {"mydata": ds}
+    p["generator_sweep"]["dataset"] = None
     p["relict"]["n_closest"] = 3
     wd = tmp_path / "run"
     write_params(wd, p)

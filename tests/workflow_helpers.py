@@ -35,7 +35,7 @@ def tiny_params() -> dict:
     tof = p["datasets"]["tof_demo"]
     tof["demo"].update(n_subjects=10, n_heldout_subjects=4)  # RELICT's 128 x 128 x 32 grid: small already
     tof["synthetic"]["spiked"].update(n_replicas=4, n_nonreplicas=4)
-    p["datasets"]["tof_demo_batch2"]["synthetic"]["spiked"].update(n_replicas=3, n_nonreplicas=3)
+    p["datasets"].pop("tof_demo_batch2")  # training_from and the filter: tested on a user dataset
     ldm = p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]  # the generator at seconds-size
     ldm["n_samples"] = 4
     ldm["autoencoder"].update(channels=[8, 8], epochs=2, patch_size=[24, 24, 24])
@@ -50,7 +50,6 @@ def ncct_only(params: dict) -> dict:
     """The tiny configuration with the NCCT demo alone (faster, for tests about one dataset)."""
     params = copy.deepcopy(params)
     params["datasets"].pop("tof_demo")
-    params["datasets"].pop("tof_demo_batch2")
     params["datasets"].pop("ncct_ldm")
     params["generator_sweep"]["dataset"] = None
     params["relict"]["review"]["filter_measures"] = ["rmse"]

@@ -349,3 +349,7 @@ def ldm_settings(dataset):
 
 # the sweep's points in order of training-set size: its datasets and the swept generator
 SWEEP_POINTS = sorted(SWEEP_DATASETS + [SWEEP["dataset"]], key=lambda d: len(generator_training_ids(d))) if SWEEP_DATASETS else []
+
+
+# datasets whose label maps the in-workflow U-Net predicts
+UNET_DATASETS = [d for d in SEG_DATASETS if config["datasets"][d]["segmentation"]["source"] == "unet"]

@@ -132,6 +132,27 @@ rule ldm_losses:
         "../scripts/ldm_losses.py"
 
 
+rule generator_index:
+    input:
+        [f"results/generator/{d}/diffusion.pt" for d in LDM_DATASETS],
+    output:
+        # always written (header only without generators), so DVC can track results/generator
+        "results/generator/generators.tsv",
+    log:
+        "logs/generator_index.log",
+    params:
+        rows=[{"dataset": d, "autoencoder_of": AE_OWNER[d], "n_training": len(generator_training_ids(d)),
+               "n_samples": len(PLANS[d].synthetic)} for d in LDM_DATASETS],
+    threads: 1
+    resources:
+        mem_mb=500,
+    conda:
+        "../../envs/figures.yaml"
+    script:
+        "../scripts/generator_index.py"
+
+
 rule generate_all:
     input:
+        "results/generator/generators.tsv",
         [p for d in LDM_DATASETS for p in synthetic_images(d)],

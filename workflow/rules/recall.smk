@@ -127,4 +127,4 @@ rule generator_sweep:
 
 rule sweep_all:
     input:
-        "results/figures/generator_sweep.png",
+        rules.generator_sweep.output,

@@ -12,7 +12,7 @@ REVIEW_CFG = config["relict"]["review"]
 # nnU-Net predictions folder); the U-Net's training is reported apart from the total.
 REVIEW_SEG_PREDICT = {
     d: (
-        [f"benchmarks/segment_predict/{d}/{v}.tsv" for v in all_volume_ids(d)]
+        [f"benchmarks/segment_predict/{d}/unet.tsv"]
         if config["datasets"][d]["segmentation"]["source"] == "unet"
         else [f"benchmarks/segment_predict/{d}/nnunet.tsv"]
         if config["datasets"][d]["segmentation"]["source"] == "nnunet"

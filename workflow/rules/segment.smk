@@ -28,27 +28,32 @@ rule segment_train_unet:
         "../scripts/segment_train_unet.py"
 
 
-rule segment_predict_unet:
-    input:
-        model=unet_model,
-        image=lambda wc: volume_image(wc.dataset, wc.vid),
-    output:
-        label="results/relict/segmentation/{dataset}/labels/{vid}.nii.gz",
-    log:
-        "logs/segment_predict_unet/{dataset}/{vid}.log",
-    benchmark:
-        "benchmarks/segment_predict/{dataset}/{vid}.tsv"
-    params:
-        patch_size=lambda wc: ds_cfg(wc)["segmentation"]["unet"]["patch_size"],
-    threads: 1
-    resources:
-        mem_mb=4000,
-    wildcard_constraints:
-        dataset=_alternatives([d for d in SEG_DATASETS if config["datasets"][d]["segmentation"]["source"] == "unet"]),
-    conda:
-        "../../envs/relict.yaml"
-    script:
-        "../scripts/segment_predict_unet.py"
+# one prediction job per dataset writes every label map (the model loads once; per-volume
+# jobs spent most of their time importing MONAI)
+for _d in UNET_DATASETS:
+
+    rule:
+        name:
+            f"segment_predict_unet_{_d}"
+        input:
+            model=f"results/relict/segmentation/{TRAINING_OF[_d]}/unet/model.pt",
+            images=[volume_image(_d, v) for v in all_volume_ids(_d)],
+        output:
+            [f"results/relict/segmentation/{_d}/labels/{v}.nii.gz" for v in all_volume_ids(_d)],
+        log:
+            f"logs/segment_predict_unet/{_d}.log",
+        benchmark:
+            f"benchmarks/segment_predict/{_d}/unet.tsv"
+        params:
+            patch_size=config["datasets"][_d]["segmentation"]["unet"]["patch_size"],
+            ids=all_volume_ids(_d),
+        threads: 2
+        resources:
+            mem_mb=4000,
+        conda:
+            "../../envs/relict.yaml"
+        script:
+            "../scripts/segment_predict_unet.py"
 
 
 rule nnunet_predict:

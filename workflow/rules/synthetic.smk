@@ -143,5 +143,6 @@ rule reference_ratings:
 
 rule synthetic_all:
     input:
+        "results/generator/generators.tsv",
         [f"results/synthetic/{d}/synthetic.tsv" for d in DATASETS],
         [f"results/synthetic/{d}/ratings_reference.tsv" for d in SPIKED_DATASETS],

@@ -402,7 +402,7 @@ def _resume(path: Path, config: dict, epochs: int, model, optimiser, device) -> 
         raise ValueError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); delete it to start over") from e
     if saved_config != config:
         differing = sorted(k for k in config.keys() | saved_config.keys() if config.get(k) != saved_config.get(k))
-        details = "; ".join(f"{k} {_show(saved_config.get(k))} != {_show(config.get(k))}" for k in differing)
+        details = "; ".join(f"{k} {_show(saved_config, k)} != {_show(config, k)}" for k in differing)
         raise ValueError(f"checkpoint {path} was written by a different configuration: {details} "
                          "(checkpoint != requested); delete it to start over")
     if saved_epochs > epochs:
@@ -413,8 +413,8 @@ def _resume(path: Path, config: dict, epochs: int, model, optimiser, device) -> 
     return [dict(row) for row in saved["history"]]
 
 
-def _show(value) -> str:
-    text = "(absent)" if value is None else str(value)
+def _show(config: dict, key: str) -> str:
+    text = str(config[key]) if key in config else "(absent)"
     return text if len(text) <= 24 else text[:12] + "..."
 
 
