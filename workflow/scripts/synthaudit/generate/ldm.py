@@ -55,7 +55,7 @@ from monai.networks.schedulers import DDIMScheduler, DDPMScheduler
 
 from ..devices import resolve_device
 from ..io import atomic_path
-from ..segment.unet import _deterministic
+from ..training import deterministic, save_checkpoint
 
 ProgressFn = Callable[[int, int | None], None]
 
@@ -220,7 +220,7 @@ def train_autoencoder(
     shape = volumes.shape[1:]
     n = len(volumes)
 
-    with _deterministic(dev, seed):
+    with deterministic(dev, seed):
         model = LatentAutoencoder(c)
         model.volume_shape.copy_(torch.tensor(shape))
         model.intensity_range.copy_(torch.tensor([low, high], dtype=torch.float64))
@@ -340,7 +340,7 @@ def train_diffusion(
     scheduler = DDPMScheduler(num_train_timesteps=c["num_train_timesteps"], schedule=c["schedule"],
                               beta_start=c["beta_start"], beta_end=c["beta_end"])
 
-    with _deterministic(dev, seed):
+    with deterministic(dev, seed):
         model = _build_diffusion(c, latents.shape[1]).to(dev)
         x0_all = torch.from_numpy(pad_to_multiple(latents * np.float32(scale), factor)).to(dev)
 
@@ -385,9 +385,7 @@ def _fit(model, run_config, c, *, seed, checkpoint, resume, device, progress, ru
             raise FloatingPointError(f"epoch {epoch + 1}: non-finite loss {row}; lower learning_rate")
         history.append({"epoch": epoch + 1, **row, "seconds": time.monotonic() - started})
         if path is not None:
-            with atomic_path(path) as tmp:
-                torch.save({"model": model.state_dict(), "optimizer": optimiser.state_dict(),
-                            "epoch": len(history), "history": history, "config": run_config}, tmp)
+            save_checkpoint(path, model, optimiser, history, run_config)
         if progress is not None:
             progress(epoch + 1, epochs)
     model.eval()

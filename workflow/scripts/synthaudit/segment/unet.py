@@ -27,7 +27,6 @@ Design choices:
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import os
@@ -43,6 +42,7 @@ from monai.networks.nets import UNet
 
 from ..devices import resolve_device
 from ..io import atomic_path
+from ..training import deterministic, save_checkpoint
 
 _MAX_CLASSES = 255  # predictions are uint8 label maps
 
@@ -109,7 +109,7 @@ def train_unet(
     dev = resolve_device(device)
     stats = [_intensity_stats(image) for image in images]
 
-    with _deterministic(dev, seed):
+    with deterministic(dev, seed):
         model = _build_unet(n_classes, channels)
         model.to(dev)
         optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
@@ -141,7 +141,7 @@ def train_unet(
             history.append({"epoch": epoch + 1, "loss": float(np.mean(losses)),
                             "seconds": time.monotonic() - started})
             if checkpoint is not None:
-                _save_checkpoint(checkpoint, model, optimiser, history, config)
+                save_checkpoint(checkpoint, model, optimiser, history, config)
             if progress is not None:
                 progress(epoch + 1, epochs)
     model.eval()
@@ -273,21 +273,6 @@ def _sample_patch(image, label, stats, patch: np.ndarray, rng: np.random.Generat
     return image_patch, np.asarray(label[box]).astype(np.int64)
 
 
-@contextlib.contextmanager
-def _deterministic(device: torch.device, seed: int):
-    """Seed torch in a forked RNG and enable deterministic algorithms, restoring both afterwards."""
-    was_enabled = torch.are_deterministic_algorithms_enabled()
-    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    devices = [device.index or 0] if device.type == "cuda" else []
-    with torch.random.fork_rng(devices=devices):
-        torch.manual_seed(seed)
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(was_enabled, warn_only=was_warn_only)
-
-
 def _resume(path: Path, config: dict, epochs: int, model, optimiser, device) -> list[dict]:
     """Load a checkpoint into ``model`` and ``optimiser``; return its history."""
     try:
@@ -304,9 +289,3 @@ def _resume(path: Path, config: dict, epochs: int, model, optimiser, device) -> 
     model.load_state_dict(saved["model"])
     optimiser.load_state_dict(saved["optimizer"])
     return list(saved["history"])
-
-
-def _save_checkpoint(path: Path, model, optimiser, history: list[dict], config: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save({"model": model.state_dict(), "optimizer": optimiser.state_dict(), "epoch": len(history),
-                    "history": history, "config": config}, tmp)

@@ -1,0 +1,33 @@
+"""What the in-workflow trainings (U-Net, latent diffusion) share: deterministic torch
+state around a training run, and the atomically written per-epoch checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import torch
+
+from .io import atomic_path
+
+
+@contextlib.contextmanager
+def deterministic(device: torch.device, seed: int):
+    """Seed torch in a forked RNG and enable deterministic algorithms, restoring both afterwards."""
+    was_enabled = torch.are_deterministic_algorithms_enabled()
+    was_warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    devices = [device.index or 0] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        try:
+            yield
+        finally:
+            torch.use_deterministic_algorithms(was_enabled, warn_only=was_warn_only)
+
+
+def save_checkpoint(path: str | Path, model, optimiser, history: list[dict], config: dict) -> None:
+    """Model, optimiser, history and configuration after an epoch, written atomically."""
+    with atomic_path(path) as tmp:
+        torch.save({"model": model.state_dict(), "optimizer": optimiser.state_dict(), "epoch": len(history),
+                    "history": history, "config": config}, tmp)
