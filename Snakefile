@@ -33,6 +33,7 @@ include: "workflow/rules/relict.smk"
 include: "workflow/rules/recall.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/review.smk"
+include: "workflow/rules/privacy.smk"
 
 
 rule all:
@@ -48,3 +49,4 @@ rule all:
         rules.figures_all.input,
         rules.review_all.input,
         rules.filter_all.input,
+        rules.privacy_all.input,

@@ -27,7 +27,7 @@ CONDA_PACKAGE = {
     "numpy": {"numpy"}, "scipy": {"scipy"}, "nibabel": {"nibabel"}, "nilearn": {"nilearn"},
     "SimpleITK": {"simpleitk"}, "matplotlib": {"matplotlib", "matplotlib-base"},
     "torch": {"pytorch"}, "skimage": {"scikit-image"}, "yaml": {"pyyaml"},
-    "jsonschema": {"jsonschema"}, "monai": {"monai"}, "einops": {"einops"},
+    "jsonschema": {"jsonschema"}, "monai": {"monai"}, "einops": {"einops"}, "sklearn": {"scikit-learn"},
 }
 
 

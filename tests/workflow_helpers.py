@@ -43,6 +43,11 @@ def tiny_params() -> dict:
     p["generator_sweep"]["n_training"] = [2]  # equal_steps: 4x the epochs on 2 of 8 scans
     p["relict"]["n_closest"] = 4
     p["relict"]["evaluation"]["bootstrap"]["n"] = 200
+    priv = p["privacy"]  # image (4 mm / 2) and latent filters at seconds-size
+    priv["image_downsample"] = 2
+    priv["training"].update(epochs=3, patience=2)
+    priv["consistency"]["n_filters"] = 2
+    priv["verification"]["bootstrap"]["n"] = 200
     return p
 
 
@@ -52,6 +57,7 @@ def ncct_only(params: dict) -> dict:
     params["datasets"].pop("tof_demo")
     params["datasets"].pop("ncct_ldm")
     params["generator_sweep"]["dataset"] = None
+    params["privacy"]["training_sets"] = []  # tested in the full tiny demo
     params["relict"]["review"]["filter_measures"] = ["rmse"]
     return params
 

@@ -253,6 +253,37 @@ def _cross_field_problems(params: dict) -> list[str]:
     rec = params["relict"]["recall"]["measure"]
     if rec not in params["relict"]["measures"]:
         out.append(f"relict.recall.measure: {rec!r} is not in relict.measures")
+    out.extend(_privacy_problems(params))
+    return out
+
+
+def _privacy_problems(params: dict) -> list[str]:
+    """Privacy filters learn one training set's patients; the latent space is the
+    autoencoder of a generator trained on that same training set."""
+    privacy = params.get("privacy")
+    if not privacy:
+        return []
+    datasets = params["datasets"]
+    out = []
+    for name in privacy["training_sets"]:
+        if name not in datasets:
+            out.append(f"privacy.training_sets: {name!r} is not a dataset (known: {sorted(datasets)})")
+        elif datasets[name].get("training_from"):
+            out.append(f"privacy.training_sets: {name!r} takes its training set from "
+                       f"{datasets[name]['training_from']!r}; name that dataset (filters belong to a training set)")
+    ae = privacy["latent_autoencoder"]
+    if "latent" in privacy["spaces"] and privacy["training_sets"]:
+        if ae is None:
+            out.append("privacy.latent_autoencoder: the latent space needs a generator (an ldm dataset) whose "
+                       "autoencoder encodes the scans; name it, or remove 'latent' from privacy.spaces")
+        elif ae not in datasets:
+            out.append(f"privacy.latent_autoencoder: {ae!r} is not a dataset (known: {sorted(datasets)})")
+        elif datasets[ae]["synthetic"]["source"] != "ldm":
+            out.append(f"privacy.latent_autoencoder: {ae!r} has synthetic.source "
+                       f"{datasets[ae]['synthetic']['source']!r}; only an in-workflow generator (ldm) has an autoencoder")
+        elif (datasets[ae].get("training_from") or ae) not in privacy["training_sets"]:
+            out.append(f"privacy.latent_autoencoder: {ae!r} learns from {datasets[ae].get('training_from') or ae!r}, "
+                       f"which is not in privacy.training_sets {privacy['training_sets']}")
     return out
 
 

@@ -1,0 +1,321 @@
+"""Re-identification privacy filters: data checks, pairs, the siamese network and its
+heads, training determinism and learning, calibration and the tripartite evaluation."""
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from synthaudit.config import ParamsError, validate_params
+from synthaudit.privacy import filtering
+from synthaudit.privacy.data import (PrivacyDataError, block_downsample, check_patients, half_split,
+                                     negative_pairs, patient_split, positive_pairs)
+from synthaudit.privacy.evaluate import evaluate_space
+from synthaudit.privacy.metrics import roc_auc
+from synthaudit.privacy.model import SiameseNetwork, embed_all, load_network, save_network, score_matrix
+from synthaudit.privacy.train import network_config, train_network
+from workflow_helpers import ROOT
+
+PARAMS = yaml.safe_load((ROOT / "params.yaml").read_text())
+CFG = PARAMS["privacy"]
+
+
+def _cohort(n_train=6, n_held=3, scans=2, noise=0.15, shape=(8, 8, 8), seed=0):
+    """Patients whose scans are noisy copies of one random pattern (easy to re-identify)."""
+    rng = np.random.default_rng(seed)
+    ids, patients, roles, xs = [], [], [], []
+    for p in range(n_train + n_held):
+        base = rng.normal(size=(1, *shape))
+        for s in range(scans):
+            ids.append(f"p{p:02d}_s{s}")
+            patients.append(f"p{p:02d}")
+            roles.append("train" if p < n_train else "heldout")
+            xs.append(base + noise * rng.normal(size=base.shape))
+    return np.array(xs, np.float32), ids, patients, roles
+
+
+def _cfg(**training):
+    cfg = copy.deepcopy(CFG)
+    cfg["training"].update(training)
+    cfg["network"].update(width=0.125, feature_dim=16)
+    cfg["verification"]["bootstrap"]["n"] = 100
+    return cfg
+
+
+# ---- data -------------------------------------------------------------------------
+
+
+def test_block_downsample_is_the_block_mean_with_edge_padding():
+    v = np.arange(5 * 4 * 3, dtype=np.float32).reshape(5, 4, 3)
+    out = block_downsample(v, 2)
+    assert out.shape == (3, 2, 2)
+    assert out[0, 0, 0] == pytest.approx(v[:2, :2, :2].mean())
+    padded = np.pad(v, [(0, 1), (0, 0), (0, 1)], mode="edge")
+    assert out[2, 1, 1] == pytest.approx(padded[4:6, 2:4, 2:4].mean())
+    assert np.array_equal(block_downsample(v, 1), v)
+    with pytest.raises(ValueError, match="factor must be >= 1"):
+        block_downsample(v, 0)
+
+
+def test_check_patients_refuses_data_without_re_identification_pairs():
+    ids = ["a1", "b1", "c1", "c2"]
+    check_patients(ids, ["a", "b", "c", "c"], ["train"] * 4, "ok")  # one two-scan patient is enough here
+    with pytest.raises(PrivacyDataError, match="no training patient has two scans.*patient_id"):
+        check_patients(ids, ids, ["train"] * 4, "mydata")  # manifest without patient ids: one patient per scan
+    with pytest.raises(PrivacyDataError, match="scans without a patient id: \\['b1'\\]"):
+        check_patients(ids, ["a", "", "c", "c"], ["train"] * 4, "mydata")
+    with pytest.raises(PrivacyDataError, match="both the training and the held-out set: \\['c'\\]"):
+        check_patients(ids, ["a", "b", "c", "c"], ["train", "train", "train", "heldout"], "mydata")
+    with pytest.raises(PrivacyDataError, match="listed more than once: \\['a1'\\]"):
+        check_patients(["a1", "a1"], ["a", "a"], ["train"] * 2, "mydata")
+    with pytest.raises(PrivacyDataError, match="3 scan ids, 2 patient ids"):
+        check_patients(ids[:3], ["a", "b"], ["train"] * 3, "mydata")
+
+
+def test_patient_split_is_patient_wise_seeded_and_keeps_single_scan_patients_in_training():
+    patients = ["a", "a", "b", "b", "c", "c", "d", "d", "e", "e", "f"]
+    idx = list(range(len(patients)))
+    train, val = patient_split(patients, idx, 0.4, seed=3)
+    assert sorted(train + val) == idx
+    assert not {patients[i] for i in train} & {patients[i] for i in val}
+    assert len({patients[i] for i in val}) == 2  # round(0.4 * 5 multi-scan patients)
+    assert patients.index("f") in train
+    assert patient_split(patients, idx, 0.4, seed=3) == (train, val)
+    with pytest.raises(PrivacyDataError, match="1 training patient\\(s\\) with two or more scans"):
+        patient_split(["a", "a", "b"], [0, 1, 2], 0.2, 0)
+
+
+def test_pairs_positive_complete_and_negatives_of_two_patients():
+    patients = ["a", "a", "a", "b", "b", "c"]
+    pos = positive_pairs(patients, range(6))
+    assert sorted(map(tuple, pos.tolist())) == [(0, 1), (0, 2), (1, 2), (3, 4)]
+    neg = negative_pairs(patients, range(6), 50, np.random.default_rng(0))
+    assert neg.shape == (50, 2)
+    assert all(patients[a] != patients[b] for a, b in neg)
+    again = negative_pairs(patients, range(6), 50, np.random.default_rng(0))
+    assert np.array_equal(neg, again)
+    with pytest.raises(PrivacyDataError, match="at least two patients"):
+        negative_pairs(["a", "a"], [0, 1], 3, np.random.default_rng(0))
+
+
+def test_half_split_puts_the_first_sessions_in_the_reference_pool():
+    assert half_split(["p1_fu", "p1_bl"]) == (["p1_bl"], ["p1_fu"])
+    assert half_split(["c", "a", "b"]) == (["a"], ["b", "c"])
+
+
+# ---- network -----------------------------------------------------------------------
+
+
+def test_score_heads_match_their_definitions():
+    x = np.zeros((3, 1, 8, 8, 8), np.float32)
+    model = SiameseNetwork(network_config({"backbone": "resnet10", "feature_dim": 6, "width": 0.125, "stem_stride": 2, "norm": "group"},
+                                          "verification", x))
+    g = torch.Generator().manual_seed(0)
+    fa, fb = torch.randn(4, 6, generator=g), torch.randn(5, 6, generator=g)
+    corr = score_matrix(model, fa, fb, "corr").numpy()
+    assert corr[1, 2] == pytest.approx(np.corrcoef(fa[1].numpy(), fb[2].numpy())[0, 1], abs=1e-5)
+    l2 = score_matrix(model, fa, fb, "l2").numpy()
+    assert l2[3, 4] == pytest.approx(-np.linalg.norm(fa[3].numpy() - fb[4].numpy()), rel=1e-5)
+    l1 = score_matrix(model, fa, fb, "l1").numpy()
+    assert l1[0, 0] == pytest.approx(-np.abs(fa[0].numpy() - fb[0].numpy()).mean(), rel=1e-5)
+    pred = score_matrix(model, fa, fb, "pred", chunk=2).numpy()
+    with torch.no_grad():
+        direct = torch.sigmoid(model.pair_logits(fa[[2]], fb[[1]])).item()
+    assert pred[2, 1] == pytest.approx(direct, rel=1e-5)
+    assert ((pred > 0) & (pred < 1)).all()
+    retrieval = SiameseNetwork(network_config({"backbone": "resnet10", "feature_dim": 6, "width": 0.125, "stem_stride": 2, "norm": "group"},
+                                              "retrieval", x))
+    with pytest.raises(ValueError, match="trained for retrieval"):
+        score_matrix(retrieval, fa, fb, "pred")
+    with pytest.raises(ValueError, match="score head 'cos'"):
+        score_matrix(model, fa, fb, "cos")
+
+
+def test_a_2d_dataset_gets_a_2d_backbone():
+    x = np.random.default_rng(0).normal(size=(4, 1, 16, 16)).astype(np.float32)
+    model = SiameseNetwork(network_config(CFG["network"] | {"width": 0.125}, "verification", x))
+    assert embed_all(model, x, torch.device("cpu")).shape == (4, CFG["network"]["feature_dim"])
+
+
+def test_training_is_deterministic_for_a_seed():
+    x, ids, patients, roles = _cohort(n_train=6, n_held=2)
+    tr, va = patient_split(patients, [i for i, r in enumerate(roles) if r == "train"], 0.25, 0)
+    cfg = _cfg(epochs=2, patience=2)
+    m1, h1 = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=5, device="cpu")
+    m2, h2 = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=5, device="cpu")
+    assert [r["loss"] for r in h1] == [r["loss"] for r in h2]
+    for a, b in zip(m1.state_dict().values(), m2.state_dict().values()):
+        assert torch.equal(a, b)
+    _, h3 = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=6, device="cpu")
+    assert [r["loss"] for r in h3] != [r["loss"] for r in h1]
+    assert sum(r["best"] for r in h1) == 1 and all(r["seconds"] > 0 for r in h1)
+
+
+def test_training_learns_to_re_identify_unseen_patients():
+    x, ids, patients, roles = _cohort(n_train=8, n_held=4)
+    tr, va = patient_split(patients, [i for i, r in enumerate(roles) if r == "train"], 0.25, 0)
+    cfg = _cfg(epochs=12, patience=12, learning_rate=0.01, batch_pairs=4, negatives_per_positive=3)
+    model, history = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=5, device="cpu")
+    assert history[-1]["loss"] < 0.85 * history[0]["loss"], history
+    # verification on held-out patients: scans of one patient score higher than scans of two
+    held = [i for i, r in enumerate(roles) if r == "heldout"]
+    feats = embed_all(model, x, torch.device("cpu"))
+    pairs, same = filtering.verification_pairs(ids, patients, held)
+    s = score_matrix(model, feats, feats, "pred").numpy()[pairs[:, 0], pairs[:, 1]]
+    assert roc_auc(s, same) >= 0.8
+
+
+def test_network_files_remember_their_input_space(tmp_path):
+    x = np.zeros((2, 3, 6, 6, 6), np.float32)
+    model = SiameseNetwork(network_config({"backbone": "resnet10", "feature_dim": 8, "width": 0.125, "stem_stride": 2, "norm": "group"},
+                                          "verification", x))
+    space = {"space": "latent", "key": "latent/ncct_ldm/abc"}
+    save_network(tmp_path / "f.pt", model, [], space)
+    loaded, meta = load_network(tmp_path / "f.pt", space)
+    assert meta["key"] == "latent/ncct_ldm/abc"
+    for a, b in zip(loaded.state_dict().values(), model.state_dict().values()):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="trained in latent space .* inputs are in image space"):
+        load_network(tmp_path / "f.pt", {"space": "image", "key": "image/downsample3/31x37x31"})
+    with pytest.raises(ValueError, match="autoencoder|latent/ncct_ldm/abc"):
+        load_network(tmp_path / "f.pt", {"space": "latent", "key": "latent/ncct_ldm/other"})
+    (tmp_path / "junk.pt").write_bytes(b"not a model")
+    with pytest.raises(ValueError, match="not a privacy filter saved by synthaudit"):
+        load_network(tmp_path / "junk.pt")
+    with pytest.raises(FileNotFoundError):
+        load_network(tmp_path / "missing.pt")
+
+
+# ---- calibration and the tripartite evaluation ---------------------------------------
+
+
+def test_calibration_is_the_percentile_of_best_scores_in_either_direction():
+    s = np.array([[0.1, 0.9, 0.2], [0.5, 0.3, 0.4], [0.2, 0.2, 0.8], [0.6, 0.1, 0.0]])
+    assert filtering.calibrate(s, "heldout_to_training", 50) == pytest.approx(np.percentile([0.9, 0.5, 0.8, 0.6], 50))
+    assert filtering.calibrate(s, "training_to_heldout", 100) == pytest.approx(0.9)
+    assert filtering.calibrate(s, "training_to_heldout", 0) == pytest.approx(0.6)
+    lopo = filtering.leave_one_patient_out(s, ["h1", "h1", "h2", "h2"], "heldout_to_training", 100)
+    assert lopo == {"h1": pytest.approx(0.8), "h2": pytest.approx(0.9)}
+    with pytest.raises(ValueError, match="direction 'both'"):
+        filtering.calibrate(s, "both", 95)
+    with pytest.raises(ValueError, match="at least two held-out patients"):
+        filtering.leave_one_patient_out(s, ["h"] * 4, "heldout_to_training", 95)
+
+
+def test_decide_flags_above_tau_and_attributes_the_best_match():
+    s = np.array([[0.2, 0.95, 0.1], [0.3, 0.2, 0.5]])
+    d = filtering.decide(s, 0.9, ["t0", "t1", "t2"], ["A", "B", "B"])
+    assert d["flagged"].tolist() == [True, False]
+    assert d["match"].tolist() == ["t1", "t2"] and d["patient"].tolist() == ["B", "B"]
+
+
+def test_sensitivity_pools_separate_recognition_from_spurious_matches():
+    # two training patients (A, B), two held-out patients (H, K), two scans each
+    ids = ["A_1", "A_2", "B_1", "B_2", "H_1", "H_2", "K_1", "K_2"]
+    patients = [i[0] for i in ids]
+    roles = ["train"] * 4 + ["heldout"] * 4
+    r = np.full((8, 8), 0.1)
+    r[5, 4] = 0.4   # H_2 vs its own reference H_1: below tau
+    r[5, 0] = 0.9   # ... but very like training scan A_1: a spurious match
+    r[7, 6] = 0.8   # K_2 recognised by K_1
+    out = filtering.sensitivity(r, ids, patients, roles, "heldout", 0.5)
+    assert out["flag_rate_overall"] == 1.0
+    assert out["flag_rate_same_patient_max"] == 0.5 and out["flag_rate_same_patient_mean"] == 0.5
+    assert out["attribution_correct"] == 0.5  # H_2 goes to A
+    assert out["n_pool"] == 6 and out["n_presented"] == 2
+    r[3, 2] = 0.7   # training patient B re-identified; A_2 not, and closer to B_1 than to A_1
+    r[1, 2] = 0.3
+    tr = filtering.sensitivity(r, ids, patients, roles, "train", {"A": 0.5, "B": 0.5})
+    assert tr["flag_rate_overall"] == 0.5 and tr["attribution_correct"] == 0.5 and tr["n_pool"] == 2
+    assert filtering.sensitivity(r, ids, patients, ["train"] * 8, "heldout", 0.5) is None
+
+
+def test_specificity_uses_leave_one_patient_out_thresholds():
+    ht = np.array([[0.9, 0.1], [0.2, 0.3], [0.4, 0.1]])
+    lopo = filtering.leave_one_patient_out(ht, ["h1", "h2", "h3"], "heldout_to_training", 100)
+    out = filtering.specificity(ht, ["h1", "h2", "h3"], tau=0.9, lopo=lopo)
+    # h1 (0.9) beats the others' max 0.4; h2 (0.3) and h3 (0.4) stay below 0.9
+    assert out["flag_rate"] == pytest.approx(1 / 3) and out["specificity"] == pytest.approx(2 / 3)
+    assert out["flag_rate_calibration_tau"] == 0.0
+
+
+def test_near_duplicates_count_flags_and_right_attributions():
+    truth = [{"kind": "replica", "source_patient": "A"}, {"kind": "replica", "source_patient": "B"},
+             {"kind": "nonreplica", "source_patient": "H"}]
+    out = filtering.near_duplicates([True, True, True], ["A", "A", "B"], truth)
+    assert out["replica_flag_rate"] == 1.0 and out["replica_attribution_correct"] == 0.5
+    assert out["replica_flagged_and_attributed"] == 0.5 and out["nonreplica_flag_rate"] == 1.0
+
+
+def test_evaluate_space_end_to_end_on_an_easy_cohort():
+    x, ids, patients, roles = _cohort(n_train=8, n_held=4)
+    train_rows = [i for i, r in enumerate(roles) if r == "train"]
+    tr, va = patient_split(patients, train_rows, 0.25, 0)
+    cfg = _cfg(epochs=8, patience=8, learning_rate=0.01, batch_pairs=4, negatives_per_positive=3)
+    filters = [train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=s, device="cpu")[0]
+               for s in (0, 1)]
+    retrieval = train_network(x, patients, tr, va, cfg["network"], cfg["training"] | {"epochs": 6},
+                              objective="retrieval", device="cpu")[0]
+    rng = np.random.default_rng(9)
+    # replicas: training scans with a little noise; novel: new random patterns
+    syn = np.concatenate([x[[0, 2, 4]] + 0.05 * rng.normal(size=x[[0, 2, 4]].shape),
+                          rng.normal(size=(3, *x.shape[1:]))]).astype(np.float32)
+    truth = {"gen": {f"s{i}": {"kind": "replica" if i < 3 else "nonreplica",
+                               "source_patient": patients[2 * i] if i < 3 else "new"} for i in range(6)}}
+    out = evaluate_space({"x": x, "ids": ids, "patients": patients, "roles": roles},
+                         {"x": syn, "ids": [f"s{i}" for i in range(6)], "datasets": ["gen"] * 6},
+                         filters, retrieval, cfg, truth=truth)
+    s = out["summary"]
+    assert s["verification"]["auc"] >= 0.9 and s["retrieval"]["precision_at_1"] >= 0.75
+    assert len(s["tau_per_filter"]) == 2 and s["tau"] == s["tau_per_filter"][0]
+    rows = out["decisions"]
+    assert [r["id"] for r in rows] == [f"s{i}" for i in range(6)]
+    for r in rows:
+        assert (r["decision"] == "flagged") == (r["best_score"] > s["tau"])
+        assert r["attributed_patient"] in set(patients[:16])
+    nd = s["synthetic"]["gen"]["near_duplicates"]
+    assert nd["replica_flag_rate"] == 1.0 and nd["replica_attribution_correct"] == 1.0
+    assert nd["nonreplica_flag_rate"] < nd["replica_flag_rate"]
+    c = s["synthetic"]["gen"]["consistency"]
+    assert c["n_filters"] == 2 and sum(c["decision_histogram"].values()) == 6
+    rec = s["synthetic"]["gen"]["recall"]
+    n_flagged = sum(r["decision"] == "flagged" for r in rows)
+    assert rec["memorised_fraction"] == pytest.approx(n_flagged / 6)
+    assert rec["learned_but_memorised"] >= 3  # the replicas' sources: nearest and flagged
+    assert s["sensitivity"]["heldout_patients"]["n_presented"] == 4
+
+
+# ---- params ----------------------------------------------------------------------
+
+
+def _error(p):
+    with pytest.raises(ParamsError) as e:
+        validate_params(p)
+    return str(e.value)
+
+
+def test_params_refuse_privacy_settings_that_cannot_work():
+    p = copy.deepcopy(PARAMS)
+    p["privacy"]["training_sets"] = ["nope"]
+    assert "privacy.training_sets: 'nope' is not a dataset" in _error(p)
+    p = copy.deepcopy(PARAMS)
+    p["privacy"]["training_sets"] = ["ncct_ldm"]
+    assert "'ncct_ldm' takes its training set from 'ncct_demo'" in _error(p)
+    p = copy.deepcopy(PARAMS)
+    p["privacy"]["latent_autoencoder"] = None
+    assert "the latent space needs a generator" in _error(p)
+    p = copy.deepcopy(PARAMS)
+    p["privacy"]["latent_autoencoder"] = "ncct_demo"
+    assert "only an in-workflow generator (ldm) has an autoencoder" in _error(p)
+    p = copy.deepcopy(PARAMS)
+    p["privacy"]["training_sets"] = ["tof_demo"]
+    assert "'ncct_ldm' learns from 'ncct_demo', which is not in privacy.training_sets" in _error(p)
+    p = copy.deepcopy(PARAMS)
+    p["privacy"]["calibration"]["head"] = "cosine"
+    assert "privacy.calibration.head" in _error(p)
+    p["privacy"]["spaces"] = ["image"]
+    p["privacy"]["calibration"]["head"] = "pred"
+    p["privacy"]["latent_autoencoder"] = None
+    validate_params(p)

@@ -1,0 +1,270 @@
+"""Privacy-filter metrics against hand-computed answers and brute force; figures render."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from synthaudit.privacy import figures
+from synthaudit.privacy.metrics import agreement, retrieval_metrics, roc_auc, roc_curve, verification_metrics
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def brute_force_auc(scores, labels):
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in pos for n in neg)
+    return wins / (len(pos) * len(neg))
+
+
+# ------------------------------------------------------------------------------ AUC
+
+def test_auc_hand_computed():
+    assert roc_auc([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]) == 1.0
+    assert roc_auc([0.9, 0.8, 0.2, 0.1], [0, 0, 1, 1]) == 0.0
+    assert roc_auc([0.5, 0.5, 0.5, 0.5], [True, False, True, False]) == 0.5
+    # positive 0.35 beats 0.1, loses to 0.4; positive 0.8 beats both: 3 of 4 pairs
+    assert roc_auc([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1]) == pytest.approx(0.75)
+    # one tie (1 vs 1) counts 1/2, one win: 1.5 of 2 pairs
+    assert roc_auc([1.0, 1.0, 0.0], [1, 0, 0]) == pytest.approx(0.75)
+
+
+def test_auc_matches_brute_force_with_ties():
+    rng = np.random.default_rng(3)
+    for _ in range(5):
+        scores = rng.integers(0, 6, 60).astype(float)  # many ties
+        labels = rng.random(60) < 0.4
+        assert roc_auc(scores, labels) == pytest.approx(brute_force_auc(scores, labels), abs=1e-12)
+
+
+def test_roc_curve_endpoints_monotone_and_area():
+    rng = np.random.default_rng(7)
+    labels = rng.random(80) < 0.5
+    scores = np.round(rng.normal(size=80) + labels, 1)  # rounding makes ties
+    fpr, tpr, thr = roc_curve(scores, labels)
+    assert (fpr[0], tpr[0]) == (0.0, 0.0)
+    assert (fpr[-1], tpr[-1]) == (1.0, 1.0)
+    assert thr[0] == np.inf
+    assert np.all(np.diff(thr) < 0)
+    assert np.all(np.diff(fpr) >= 0) and np.all(np.diff(tpr) >= 0)
+    assert thr.size == np.unique(scores).size + 1
+    area = float(np.sum(np.diff(fpr) * (tpr[1:] + tpr[:-1]) / 2))
+    assert area == pytest.approx(roc_auc(scores, labels), abs=1e-12)
+
+
+def test_roc_curve_hand_computed():
+    fpr, tpr, thr = roc_curve([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+    np.testing.assert_allclose(thr, [np.inf, 0.8, 0.4, 0.35, 0.1])
+    np.testing.assert_allclose(tpr, [0, 0.5, 0.5, 1.0, 1.0])
+    np.testing.assert_allclose(fpr, [0, 0, 0.5, 0.5, 1.0])
+
+
+# --------------------------------------------------------------------- verification
+
+SCORES = [0.9, 0.8, 0.6, 0.4, 0.3, 0.55, 0.2]
+LABELS = [1, 1, 1, 1, 0, 0, 0]
+
+
+def test_verification_threshold_metrics_hand_made():
+    m = verification_metrics(SCORES, LABELS, threshold=0.5, n_bootstrap=0)
+    # predicted positive: 0.9 0.8 0.6 (tp) and 0.55 (fp); 0.4 is a miss; tn = 0.3, 0.2
+    assert m["accuracy"] == pytest.approx(5 / 7)
+    assert m["recall"] == pytest.approx(3 / 4)
+    assert m["specificity"] == pytest.approx(2 / 3)
+    assert m["precision"] == pytest.approx(3 / 4)
+    assert m["f1"] == pytest.approx(0.75)
+    assert m["auc"] == pytest.approx(11 / 12)  # 0.4 loses only to 0.55
+    assert m["auc_ci"] is None
+    assert (m["n_positive"], m["n_negative"], m["threshold"]) == (4, 3, 0.5)
+    assert all(type(m[k]) is float for k in ("auc", "accuracy", "specificity", "recall", "precision", "f1"))
+
+
+def test_verification_threshold_inclusive_and_undefined_precision():
+    m = verification_metrics(SCORES, LABELS, threshold=0.55, n_bootstrap=0)
+    assert m["specificity"] == pytest.approx(2 / 3)  # score == threshold counts as positive
+    m = verification_metrics(SCORES, LABELS, threshold=0.95, n_bootstrap=0)
+    assert m["precision"] is None and m["f1"] is None
+    assert m["recall"] == 0.0 and m["specificity"] == 1.0
+    assert m["accuracy"] == pytest.approx(3 / 7)
+
+
+def test_verification_bootstrap_ci_contains_auc_and_is_deterministic():
+    rng = np.random.default_rng(0)
+    labels = rng.random(120) < 0.5
+    scores = rng.normal(size=120) + 1.2 * labels
+    a = verification_metrics(scores, labels, n_bootstrap=300, seed=11)
+    b = verification_metrics(scores, labels, n_bootstrap=300, seed=11)
+    c = verification_metrics(scores, labels, n_bootstrap=300, seed=12)
+    low, high = a["auc_ci"]
+    assert low < a["auc"] < high
+    assert 0.0 <= low and high <= 1.0
+    assert a["auc_ci"] == b["auc_ci"]
+    assert c["auc_ci"] != a["auc_ci"]
+    assert a["n_bootstrap"] == 300 and a["n_bootstrap_skipped"] == 0
+    narrow = verification_metrics(scores, labels, n_bootstrap=300, seed=11, level=0.5)["auc_ci"]
+    assert low <= narrow[0] <= narrow[1] <= high
+
+
+def test_verification_bootstrap_skips_single_class_resamples():
+    # one positive of four: P(resample without it) = (3/4)^4, so many are redrawn
+    m = verification_metrics([0.9, 0.2, 0.3, 0.1], [1, 0, 0, 0], n_bootstrap=200, seed=0)
+    assert m["n_bootstrap_skipped"] > 0
+    assert m["auc_ci"] == [1.0, 1.0]  # every valid resample keeps the positive on top
+
+
+# ------------------------------------------------------------------------- retrieval
+
+def test_retrieval_hand_made_two_patients():
+    gallery = ["A", "A", "B", "B"]
+    distances = [[0.1, 0.5, 0.3, 0.9],  # A: ranks A B A B -> P@1 1, R-prec 1/2, AP@R (1 + 0) / 2
+                 [0.6, 0.8, 0.2, 0.1]]  # B: ranks B B A A -> all 1
+    m = retrieval_metrics(distances, ["A", "B"], gallery)
+    assert m["precision_at_1"] == 1.0
+    assert m["r_precision"] == pytest.approx(0.75)
+    assert m["map_at_r"] == pytest.approx(0.75)
+    assert (m["n_queries"], m["n_skipped"]) == (2, 0)
+
+    one = retrieval_metrics(distances[:1], ["A"], gallery)
+    assert one["precision_at_1"] == 1.0 and one["map_at_r"] == pytest.approx(0.5)
+
+
+def test_retrieval_map_at_r_rewards_order_unlike_r_precision():
+    # relevant item second of R = 2: R-precision 1/2, but AP@R = (0 + 1/2 * 1) / 2 = 1/4
+    m = retrieval_metrics([[0.1, 0.2, 0.9]], [7], [3, 7, 7])
+    assert m["precision_at_1"] == 0.0
+    assert m["r_precision"] == pytest.approx(0.5)
+    assert m["map_at_r"] == pytest.approx(0.25)
+
+
+def test_retrieval_ties_are_broken_by_gallery_index():
+    assert retrieval_metrics([[0.5, 0.5]], ["A"], ["B", "A"])["precision_at_1"] == 0.0
+    assert retrieval_metrics([[0.5, 0.5]], ["A"], ["A", "B"])["precision_at_1"] == 1.0
+
+
+def test_retrieval_exclude_self_and_skip_queries_without_match():
+    labels = ["p1", "p1", "p2", "p3"]  # p3 has a single scan: nothing to retrieve once self is excluded
+    x = np.array([0.0, 0.2, 1.0, 5.0])
+    d = np.abs(x[:, None] - x[None, :])
+    without = retrieval_metrics(d, labels, labels)  # self at distance 0 is always found
+    assert without["precision_at_1"] == 1.0 and without["n_queries"] == 4
+    m = retrieval_metrics(d, labels, labels, exclude=np.eye(4, dtype=bool))
+    # p1 scans find each other first; p2's only relevant item is itself -> skipped, p3 likewise
+    assert (m["n_queries"], m["n_skipped"]) == (2, 2)
+    assert m["precision_at_1"] == 1.0 and m["map_at_r"] == 1.0
+    # a query label absent from the gallery is skipped too
+    m = retrieval_metrics(d[:, :2], ["p1", "p1", "p9", "p9"], ["p1", "p1"])
+    assert (m["n_queries"], m["n_skipped"]) == (2, 2)
+
+
+# ------------------------------------------------------------------------- agreement
+
+FLAGS = [[1, 1, 0, 0],
+         [1, 0, 0, 1],
+         [1, 0, 0, 0]]
+ATTRIBUTIONS = [["p1", "p2", "p3", "p4"],
+                ["p1", "p2", "p5", "p6"],
+                ["p1", "p7", "p8", "p4"]]
+
+
+def test_agreement_three_filters_hand_made():
+    a = agreement(np.array(FLAGS, dtype=bool), ATTRIBUTIONS)
+    assert (a["n_filters"], a["n_volumes"]) == (3, 4)
+    assert a["decision_agreement"] == [3, 2, 3, 2]
+    assert a["attribution_agreement"] == [3, 2, 1, 2]
+    assert a["decision_histogram"] == {2: 2, 3: 2}
+    assert a["attribution_histogram"] == {1: 1, 2: 2, 3: 1}
+    assert a["unanimous_fraction"] == 0.5
+    assert (a["unanimous_flagged"], a["unanimous_accepted"]) == (1, 1)
+    assert a["attribution_unanimous_fraction"] == 0.25
+    assert a["attribution_none_agree"] == 1
+    assert a["flag_rate_per_filter"] == [0.5, 0.5, 0.25]
+    assert a["flag_rate_mean"] == pytest.approx(5 / 12)
+    json.dumps(a)  # plain Python types only
+
+
+def test_agreement_even_and_single_filter():
+    a = agreement([[True, False, True], [False, False, True]], [["a", "b", "c"], ["d", "b", "c"]])
+    assert a["decision_histogram"] == {1: 1, 2: 2}
+    assert a["attribution_histogram"] == {1: 1, 2: 2}
+    one = agreement([[True, False]], [["a", "b"]])
+    assert one["decision_histogram"] == {1: 2}
+    assert one["attribution_none_agree"] == 0 and one["unanimous_fraction"] == 1.0
+
+
+# ------------------------------------------------------------------------ bad input
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: roc_auc([], []), "empty"),
+    (lambda: roc_auc([0.1, 0.2], [1, 0, 1]), "differ in length"),
+    (lambda: roc_auc([0.1, math.nan], [1, 0]), "NaN"),
+    (lambda: roc_auc([0.1, 0.2], [1, 1]), "both classes"),
+    (lambda: roc_auc([0.1, 0.2], [1, 2]), "bool or 0/1"),
+    (lambda: roc_curve([0.1, 0.2], [0, 0]), "both classes"),
+    (lambda: verification_metrics([0.1, 0.9], [0, 1], n_bootstrap=-1), "n_bootstrap"),
+    (lambda: verification_metrics([0.1, 0.9], [0, 1], level=1.5), "level"),
+    (lambda: retrieval_metrics(np.zeros((2, 3)), ["a", "b"], ["a", "b"]), "gallery labels"),
+    (lambda: retrieval_metrics(np.zeros((2, 2)), ["a"], ["a", "b"]), "query labels"),
+    (lambda: retrieval_metrics(np.zeros((0, 2)), [], ["a", "b"]), "empty"),
+    (lambda: retrieval_metrics([[math.nan, 1.0]], ["a"], ["a", "b"]), "NaN"),
+    (lambda: retrieval_metrics([[0.0, 1.0]], ["a"], ["a", "b"], exclude=np.ones((2, 2), bool)), "exclude"),
+    (lambda: retrieval_metrics([[0.0, 1.0]], ["c"], ["a", "b"]), "no query has a relevant"),
+    (lambda: agreement(np.ones((2, 3), bool), [["a"] * 3]), "shape"),
+    (lambda: agreement(np.ones((0, 3), bool), np.empty((0, 3), object)), "at least one filter"),
+    (lambda: agreement(np.ones((2, 0), bool), np.empty((2, 0), object)), "at least one filter"),
+])
+def test_bad_input_raises(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# -------------------------------------------------------------------------- figures
+
+def assert_png(path):
+    data = path.read_bytes()
+    assert len(data) > 1000 and data.startswith(PNG_MAGIC)
+    assert not list(path.parent.glob(".tmp-*"))  # written atomically, nothing left behind
+
+
+def test_roc_figure(tmp_path):
+    fpr, tpr, _ = roc_curve([0.1, 0.4, 0.35, 0.8], [0, 0, 1, 1])
+    path = tmp_path / "roc.png"
+    figures.roc_figure(path, {"image": (fpr, tpr, 0.75), "latent": (np.array([0, 1.0]), np.array([0, 1.0]), 0.5)},
+                       "verification")
+    assert_png(path)
+
+
+def test_consistency_figure_accepts_json_round_trip(tmp_path):
+    image = agreement(np.array(FLAGS, bool), ATTRIBUTIONS)
+    latent = json.loads(json.dumps(agreement(np.array(FLAGS, bool)[::-1], ATTRIBUTIONS)))  # str keys
+    path = tmp_path / "consistency.png"
+    figures.consistency_figure(path, {"image": image, "latent": latent}, "consistency of 3 filters")
+    assert_png(path)
+
+
+def test_tsne_figure_small_and_pca_fallback(tmp_path):
+    rng = np.random.default_rng(0)
+    training = rng.normal(size=(8, 5))
+    synthetic = training[:4] + 0.01 * rng.normal(size=(4, 5))
+    learned = np.array([True] * 4 + [False] * 4)
+    path = tmp_path / "tsne.png"
+    figures.tsne_figure(path, training, synthetic, learned, "t-SNE", seed=0, perplexity=3.0)
+    assert_png(path)
+    path = tmp_path / "pca.png"
+    figures.tsne_figure(path, training[:2], synthetic[:1], learned[:2], "few points")
+    assert_png(path)
+    with pytest.raises(ValueError, match="learned"):
+        figures.tsne_figure(tmp_path / "bad.png", training, synthetic, learned[:3], "bad")
+
+
+def test_flag_score_figure_histograms_and_strips(tmp_path):
+    rng = np.random.default_rng(1)
+    scores = {"held-out real": rng.normal(0.3, 0.1, 40), "training (other scans)": rng.normal(0.5, 0.1, 30),
+              "synthetic": np.array([0.35, 0.9, 0.95])}  # < 5 values: strip
+    tau = float(np.percentile(scores["held-out real"], 95))
+    path = tmp_path / "scores.png"
+    figures.flag_score_figure(path, scores, tau, "best match per volume", "best match score")
+    assert_png(path)

@@ -1,0 +1,170 @@
+# Re-identification privacy filters (Packhäuser et al.; Dombrowski et al.; Koeken et al.):
+# per training set and input space (image, latent), N siamese verification networks
+# with different seeds and one retrieval network, trained on the training patients' scan
+# pairs; calibrated on held-out scans; applied to every synthetic set audited against
+# that training set; evaluated for verification, retrieval, sensitivity, specificity,
+# consistency and recall.
+
+from synthaudit.privacy.data import PrivacyDataError, check_patients, patient_split
+
+PRIVACY = config.get("privacy") or {}
+PRIVACY_SETS = list(PRIVACY.get("training_sets") or [])
+PRIVACY_AE = PRIVACY.get("latent_autoencoder")
+
+
+def privacy_spaces(owner):
+    """Image space always; latent space when the named generator learns this training set."""
+    spaces = [s for s in PRIVACY.get("spaces", []) if s == "image"]
+    if "latent" in PRIVACY.get("spaces", []) and PRIVACY_AE and TRAINING_OF.get(PRIVACY_AE) == owner:
+        spaces.append("latent")
+    return spaces
+
+
+# the synthetic sets a training set's filters judge (the sweep's are summarised by the sweep)
+PRIVACY_TARGETS = {o: [d for d in REVIEWED_DATASETS if TRAINING_OF[d] == o] for o in PRIVACY_SETS}
+PRIVACY_FILTERS = [f"filter{i}" for i in range(PRIVACY["consistency"]["n_filters"])] if PRIVACY else []
+PRIVACY_RUNS = [(o, s) for o in PRIVACY_SETS for s in privacy_spaces(o)]
+
+for _owner in PRIVACY_SETS:  # refuse data without re-identification pairs before anything runs
+    _scans = PLANS[_owner].scans
+    try:
+        check_patients([s.id for s in _scans], [s.patient_id for s in _scans], [s.role for s in _scans],
+                       f"privacy.training_sets: dataset {_owner}")
+        patient_split([s.patient_id for s in _scans], [i for i, s in enumerate(_scans) if s.role == "train"],
+                      PRIVACY["training"]["validation_fraction"], PRIVACY["training"]["split_seed"])
+        if len(PLANS[_owner].heldout) < 2 or len({s.patient_id for s in PLANS[_owner].heldout}) < 2:
+            raise PrivacyDataError("calibration needs held-out scans of at least two patients (role heldout)")
+    except PrivacyDataError as e:
+        raise WorkflowError(f"privacy filter for dataset {_owner}: {e}") from None
+
+
+def privacy_synthetic_images(wildcards):
+    return [p for d in PRIVACY_TARGETS[wildcards.dataset] for p in synthetic_images(d)]
+
+
+def privacy_truth(owner):
+    """Known sources of spiked synthetic volumes: replica of which training patient."""
+    out = {}
+    for d in PRIVACY_TARGETS[owner]:
+        if PLANS[d].spiked:
+            plan_ = PLANS[TRAINING_OF[d]]
+            out[d] = {r["id"]: {"kind": "replica" if r["kind"] == "replica" else "nonreplica",
+                                "source_patient": plan_.scan(r["source_id"]).patient_id} for r in PLANS[d].spiked}
+    return out
+
+
+rule privacy_inputs:
+    input:
+        real=lambda wc: preprocessed_images(wc.dataset),
+        synthetic=privacy_synthetic_images,
+        autoencoder=lambda wc: f"results/generator/{PRIVACY_AE}/autoencoder.pt" if wc.space == "latent" else [],
+    output:
+        real="results/privacy/{dataset}/{space}/real.npz",
+        synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
+    log:
+        "logs/privacy_inputs/{dataset}/{space}.log",
+    params:
+        ids=lambda wc: [s.id for s in plan(wc).scans],
+        patients=lambda wc: [s.patient_id for s in plan(wc).scans],
+        roles=lambda wc: [s.role for s in plan(wc).scans],
+        syn_ids=lambda wc: [v.id for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
+        syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
+        downsample=PRIVACY.get("image_downsample", 1),
+        autoencoder=PRIVACY_AE,
+    threads: 2
+    resources:
+        mem_mb=4000,
+    wildcard_constraints:
+        dataset=_alternatives(PRIVACY_SETS),
+        space="image|latent",
+    conda:
+        "../../envs/privacy.yaml"
+    script:
+        "../scripts/privacy_inputs.py"
+
+
+rule privacy_train:
+    input:
+        real="results/privacy/{dataset}/{space}/real.npz",
+    output:
+        model="results/privacy/{dataset}/{space}/models/{model}.pt",
+        history="results/privacy/{dataset}/{space}/models/{model}_history.tsv",
+    log:
+        "logs/privacy_train/{dataset}/{space}/{model}.log",
+    benchmark:
+        "benchmarks/privacy_train/{dataset}/{space}/{model}.tsv"
+    params:
+        privacy=PRIVACY,
+    threads: 2
+    resources:
+        mem_mb=6000,
+        gpu=1,
+    wildcard_constraints:
+        dataset=_alternatives(PRIVACY_SETS),
+        space="image|latent",
+        model=r"filter\d+|retrieval",
+    conda:
+        "../../envs/privacy.yaml"
+    script:
+        "../scripts/privacy_train.py"
+
+
+rule privacy_evaluate:
+    input:
+        real="results/privacy/{dataset}/{space}/real.npz",
+        synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
+        filters=expand("results/privacy/{{dataset}}/{{space}}/models/{model}.pt", model=PRIVACY_FILTERS),
+        retrieval="results/privacy/{dataset}/{space}/models/retrieval.pt",
+    output:
+        summary="results/privacy/{dataset}/{space}/evaluation.json",
+        decisions="results/privacy/{dataset}/{space}/decisions.tsv",
+        figures=report(
+            directory("results/figures/privacy/{dataset}/{space}"),
+            patterns=["{name}.png"],
+            caption="../report/privacy_space.rst",
+            category="Privacy filters",
+            subcategory="{dataset} {space}",
+        ),
+    log:
+        "logs/privacy_evaluate/{dataset}/{space}.log",
+    params:
+        privacy=PRIVACY,
+        truth=lambda wc: privacy_truth(wc.dataset),
+    threads: 2
+    resources:
+        mem_mb=4000,
+    wildcard_constraints:
+        dataset=_alternatives(PRIVACY_SETS),
+        space="image|latent",
+    conda:
+        "../../envs/privacy.yaml"
+    script:
+        "../scripts/privacy_evaluate.py"
+
+
+rule privacy_metrics:
+    input:
+        [f"results/privacy/{o}/{s}/evaluation.json" for o, s in PRIVACY_RUNS],
+    output:
+        metrics="results/metrics/privacy.json",
+        table="results/tables/privacy.tsv",
+        roc=[report(f"results/figures/privacy/{o}/roc.png", caption="../report/privacy_roc.rst",
+                    category="Privacy filters", subcategory=o) for o in PRIVACY_SETS],
+        consistency=[report(f"results/figures/privacy/{o}/consistency.png", caption="../report/privacy_consistency.rst",
+                            category="Privacy filters", subcategory=o) for o in PRIVACY_SETS],
+    log:
+        "logs/privacy_metrics.log",
+    params:
+        owners=PRIVACY_SETS,
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../../envs/privacy.yaml"
+    script:
+        "../scripts/privacy_metrics.py"
+
+
+rule privacy_all:
+    input:
+        "results/metrics/privacy.json",

@@ -1,0 +1,1 @@
+"""Re-identification privacy filters (siamese networks), calibration and their tripartite evaluation."""

@@ -1,0 +1,168 @@
+"""Everything a user needs to decide whether a privacy filter deserves trust, in one pass.
+
+Given the real scans (training and held-out, with patient ids), the synthetic sets and
+the trained networks of one input space, :func:`evaluate_space` computes:
+
+* verification (Packhäuser et al.) of filter 0 on every pair of held-out scans - patients
+  none of the filters saw - with the AUC of each score head, and retrieval metrics of
+  the contrastive variant on the same scans;
+* calibration: tau of every filter, from held-out vs training scores;
+* the filter decisions for every synthetic volume (filter 0's best match, attributed
+  patient and flag, and how many of the N filters flag it / agree on the patient);
+* the tripartite evaluation (Koeken et al.): sensitivity under three pools, on held-out
+  and on training patients, and on the spiked near-duplicates; specificity with
+  leave-one-patient-out calibration; consistency across the N filters;
+* recall with the filter's features (Dombrowski et al. 4.3).
+
+Features are computed once per network and scan; every score is a matrix product away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import torch
+
+from ..relict.recall import generative_recall
+from . import filtering, metrics
+from .model import HEADS, SiameseNetwork, embed_all, score_matrix
+
+
+def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseNetwork],
+                   retrieval: SiameseNetwork | None, cfg: Mapping, truth: Mapping[str, Mapping] | None = None,
+                   device: torch.device | str = "cpu") -> dict:
+    """Evaluate the filters of one space (see the module docstring).
+
+    Args:
+        real: ``x`` (N, C, ...), ``ids``, ``patients``, ``roles`` (train / heldout).
+        synthetic: ``x`` (S, C, ...), ``ids``, ``datasets`` (which synthetic set each is from).
+        filters: The N verification networks (filter 0 first).
+        cfg: ``params.yaml``'s ``privacy`` block.
+        truth: Per synthetic dataset, per volume id ``{"kind", "source_patient"}`` where known.
+
+    Returns:
+        A dict: ``summary`` (JSON-ready), ``decisions`` (rows), and arrays for figures
+        (``roc``, ``features``, ``scores``).
+    """
+    ids = [str(i) for i in real["ids"]]
+    patients = [str(p) for p in real["patients"]]
+    roles = [str(r) for r in real["roles"]]
+    train = [i for i, r in enumerate(roles) if r == "train"]
+    held = [i for i, r in enumerate(roles) if r == "heldout"]
+    if len(held) < 2:
+        raise ValueError(f"calibration needs at least two held-out real scans, got {len(held)}")
+    train_ids = [ids[i] for i in train]
+    train_patients = [patients[i] for i in train]
+    held_patients = [patients[i] for i in held]
+    syn_ids = [str(i) for i in synthetic["ids"]]
+    syn_sets = [str(d) for d in synthetic["datasets"]]
+    cal = cfg["calibration"]
+    head = cal["head"]
+
+    flags, attributed, taus, per_filter = [], [], [], []
+    first = None
+    for k, model in enumerate(filters):
+        f_real = embed_all(model, real["x"], torch.device(device))
+        f_syn = embed_all(model, synthetic["x"], torch.device(device)) if len(syn_ids) else f_real[:0]
+        r = score_matrix(model, f_real, f_real, head).numpy()
+        s = score_matrix(model, f_syn, f_real[train], head).numpy() if len(syn_ids) else np.empty((0, len(train)))
+        tau = filtering.calibrate(r[np.ix_(held, train)], cal["direction"], cal["percentile"])
+        dec = filtering.decide(s, tau, train_ids, train_patients)
+        flags.append(dec["flagged"])
+        attributed.append(dec["patient"])
+        taus.append(tau)
+        if k == 0:
+            first = {"f_real": f_real, "f_syn": f_syn, "r": r, "s": s, "tau": tau, "dec": dec, "model": model}
+        per_filter.append({"filter": k, "tau": tau, "verification_auc": _auc_or_none(model, f_real, ids, patients,
+                                                                                     held, "pred" if model.head is not None else head)})
+
+    summary: dict = {"head": head, "percentile": cal["percentile"], "direction": cal["direction"],
+                     "n_filters": len(filters), "n_training_scans": len(train), "n_heldout_scans": len(held),
+                     "tau": first["tau"], "tau_per_filter": taus, "per_filter": per_filter}
+
+    # verification and retrieval on held-out patients (never seen in training)
+    pairs, same = filtering.verification_pairs(ids, patients, held)
+    roc = {}
+    if same.any() and (~same).any():
+        model, f_real = first["model"], first["f_real"]
+        vscore = score_matrix(model, f_real, f_real, "pred").numpy()[pairs[:, 0], pairs[:, 1]]
+        ver = cfg["verification"]
+        summary["verification"] = metrics.verification_metrics(
+            vscore, same, threshold=ver["threshold"], n_bootstrap=ver["bootstrap"]["n"],
+            seed=ver["bootstrap"]["seed"], level=ver["bootstrap"]["level"])
+        summary["verification"]["auc_by_head"] = {
+            h: metrics.roc_auc(score_matrix(model, f_real, f_real, h).numpy()[pairs[:, 0], pairs[:, 1]], same)
+            for h in HEADS}
+        fpr, tpr, _ = metrics.roc_curve(vscore, same)
+        roc = {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": summary["verification"]["auc"]}
+    else:
+        summary["verification"] = None
+        summary["verification_note"] = "no held-out patient with two scans (no positive pair) or only one patient"
+    if retrieval is not None:
+        f_ret = embed_all(retrieval, real["x"][held], torch.device(device))
+        dist = torch.cdist(f_ret, f_ret).numpy()
+        try:
+            summary["retrieval"] = metrics.retrieval_metrics(dist, held_patients, held_patients,
+                                                             exclude=np.eye(len(held), dtype=bool))
+        except ValueError as e:
+            summary["retrieval"], summary["retrieval_note"] = None, str(e)
+
+    # tripartite: specificity (leave one patient out), sensitivity (pools), near-duplicates
+    r = first["r"]
+    ht = r[np.ix_(held, train)]
+    lopo = (filtering.leave_one_patient_out(ht, held_patients, cal["direction"], cal["percentile"])
+            if len(set(held_patients)) >= 2 else None)
+    summary["specificity"] = filtering.specificity(ht, held_patients, first["tau"], lopo)
+    summary["sensitivity"] = {
+        "heldout_patients": filtering.sensitivity(r, ids, patients, roles, "heldout", lopo or first["tau"]),
+        "training_patients": filtering.sensitivity(r, ids, patients, roles, "train", first["tau"]),
+    }
+
+    flags_arr, attr_arr = np.array(flags), np.array(attributed)
+    dec = first["dec"]
+    per_set, decisions = {}, []
+    for name in dict.fromkeys(syn_sets):
+        rows = np.array([i for i, d in enumerate(syn_sets) if d == name])
+        entry: dict = {"n": int(len(rows)), "n_flagged": int(dec["flagged"][rows].sum()),
+                       "flag_rate": float(dec["flagged"][rows].mean())}
+        agree = metrics.agreement(flags_arr[:, rows], attr_arr[:, rows])
+        entry["consistency"] = agree
+        known = (truth or {}).get(name)
+        if known:
+            entry["near_duplicates"] = filtering.near_duplicates(
+                dec["flagged"][rows], dec["patient"][rows], [known[syn_ids[i]] for i in rows])
+        rec = generative_recall(-first["s"][rows], dec["flagged"][rows], reference=-ht)
+        entry["recall"] = {"learned_fraction": rec.learned_fraction, "memorised_fraction": rec.memorised_fraction,
+                           "learned_but_memorised": rec.learned_but_memorised,
+                           "learned_not_memorised": rec.learned_not_memorised, "recall": rec.recall,
+                           "reference_learned_fraction": rec.reference_learned_fraction,
+                           "matched_learned_fraction": rec.matched_learned_fraction}
+        entry["learned_training_ids"] = [train_ids[j] for j in np.flatnonzero(rec.learned)]
+        per_set[name] = entry
+        for j, i in enumerate(rows):
+            decisions.append({
+                "dataset": name, "id": syn_ids[i], "decision": "flagged" if dec["flagged"][i] else "accepted",
+                "best_score": float(dec["best"][i]), "tau": first["tau"], "match": str(dec["match"][i]),
+                "attributed_patient": str(dec["patient"][i]),
+                "filters_flagging": int(flags_arr[:, i].sum()), "n_filters": len(filters),
+                "attribution_agreement": int(agree["attribution_agreement"][j]),
+                "kind": (known or {}).get(syn_ids[i], {}).get("kind", ""),
+                "source_patient": (known or {}).get(syn_ids[i], {}).get("source_patient", ""),
+            })
+    summary["synthetic"] = per_set
+    return {
+        "summary": summary, "decisions": decisions, "roc": roc,
+        "features": {"training": first["f_real"][train].numpy(), "synthetic": first["f_syn"].numpy(),
+                     "synthetic_datasets": syn_sets},
+        "scores": {"heldout": ht.max(axis=1), "synthetic": {n: first["dec"]["best"][np.array(
+            [i for i, d in enumerate(syn_sets) if d == n])] for n in per_set}},
+        "learned": {n: np.isin(train_ids, per_set[n]["learned_training_ids"]) for n in per_set},
+    }
+
+
+def _auc_or_none(model, f_real, ids, patients, held, head) -> float | None:
+    pairs, same = filtering.verification_pairs(ids, patients, held)
+    if not (same.any() and (~same).any()):
+        return None
+    return metrics.roc_auc(score_matrix(model, f_real, f_real, head).numpy()[pairs[:, 0], pairs[:, 1]], same)
