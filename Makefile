@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 
-.PHONY: demo test install lint report dvc-repro clean
+.PHONY: demo test install lint report privacy dvc-repro clean
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,9 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+privacy: $(STAMP)
+	$(BIN)/snakemake $(PROFILE) privacy_all
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint

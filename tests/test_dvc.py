@@ -13,7 +13,7 @@ from workflow_helpers import ROOT, env, image_level_only, tiny_params, write_par
 
 pytestmark = pytest.mark.workflow
 
-STAGES = ("cohort", "preprocess", "synthetic", "relict", "figures")
+STAGES = ("cohort", "preprocess", "synthetic", "privacy", "relict", "figures")
 
 
 def run(cmd, cwd, stdout_only=False):

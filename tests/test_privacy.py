@@ -10,7 +10,7 @@ import yaml
 
 from synthaudit.config import ParamsError, validate_params
 from synthaudit.privacy import filtering
-from synthaudit.privacy.data import (PrivacyDataError, block_downsample, check_patients, half_split,
+from synthaudit.privacy.data import (PrivacyDataError, block_downsample, check_patients, half_split, image_input,
                                      negative_pairs, patient_split, positive_pairs)
 from synthaudit.privacy.evaluate import evaluate_space
 from synthaudit.privacy.metrics import roc_auc
@@ -57,6 +57,13 @@ def test_block_downsample_is_the_block_mean_with_edge_padding():
     assert np.array_equal(block_downsample(v, 1), v)
     with pytest.raises(ValueError, match="factor must be >= 1"):
         block_downsample(v, 0)
+
+
+def test_image_input_drops_singleton_axes_so_2d_images_get_a_2d_network():
+    assert image_input(np.zeros((8, 6, 1)), 2).shape == (1, 4, 3)
+    assert image_input(np.zeros((8, 6, 4)), 1).shape == (1, 8, 6, 4)
+    with pytest.raises(PrivacyDataError, match="neither 2D nor 3D"):
+        image_input(np.zeros((8, 1, 1)), 1)
 
 
 def test_check_patients_refuses_data_without_re_identification_pairs():
@@ -253,7 +260,7 @@ def test_evaluate_space_end_to_end_on_an_easy_cohort():
     x, ids, patients, roles = _cohort(n_train=8, n_held=4)
     train_rows = [i for i, r in enumerate(roles) if r == "train"]
     tr, va = patient_split(patients, train_rows, 0.25, 0)
-    cfg = _cfg(epochs=8, patience=8, learning_rate=0.01, batch_pairs=4, negatives_per_positive=3)
+    cfg = _cfg(epochs=8, patience=8, learning_rate=0.003, batch_pairs=4, negatives_per_positive=3)
     filters = [train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=s, device="cpu")[0]
                for s in (0, 1)]
     retrieval = train_network(x, patients, tr, va, cfg["network"], cfg["training"] | {"epochs": 6},
@@ -319,3 +326,22 @@ def test_params_refuse_privacy_settings_that_cannot_work():
     p["privacy"]["calibration"]["head"] = "pred"
     p["privacy"]["latent_autoencoder"] = None
     validate_params(p)
+
+
+def test_positive_pairs_weigh_as_many_negatives_as_are_drawn_per_positive():
+    from synthaudit.privacy.train import pair_loss
+
+    x = np.zeros((2, 1, 8, 8, 8), np.float32)
+    model = SiameseNetwork(network_config({"backbone": "resnet10", "feature_dim": 4, "width": 0.125,
+                                           "stem_stride": 2, "norm": "group"}, "verification", x))
+    feats = torch.randn(4, 4, generator=torch.Generator().manual_seed(1))
+    pairs = torch.tensor([[0, 1], [2, 3], [0, 3], [1, 2]])
+    same = torch.tensor([1.0, 0.0, 0.0, 0.0])
+    with torch.no_grad():
+        p = torch.sigmoid(model.pair_logits(feats[pairs[:, 0]], feats[pairs[:, 1]]))
+        expected = (-3 * torch.log(p[0]) - torch.log(1 - p[1:]).sum()) / 4
+        assert pair_loss(model, feats, pairs, same, 1.0, positive_weight=3.0).item() == pytest.approx(expected.item(), rel=1e-5)
+    retrieval = SiameseNetwork(model.config | {"objective": "retrieval"})
+    d = torch.linalg.norm(feats[pairs[:, 0]] - feats[pairs[:, 1]], dim=1)
+    contrastive = (d[0] ** 2 + (torch.clamp(1.0 - d[1:], min=0) ** 2).sum()) / 4 / 2
+    assert pair_loss(retrieval, feats, pairs, same, 1.0).item() == pytest.approx(contrastive.item(), rel=1e-4)

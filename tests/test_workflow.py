@@ -105,6 +105,48 @@ def test_demo_generator_trains_samples_and_is_audited(demo):
     assert sorted(p.name for p in (demo / "results/relict/ncct_ldm_n2/measures").iterdir()) == ["rmse.npz"]
 
 
+def test_demo_privacy_filters_in_image_and_latent_space(demo):
+    """Filters trained on ncct_demo's training patients, calibrated on its held-out
+    scans, applied to both synthetic sets audited against that training set."""
+    metrics = json.loads((demo / "results/metrics/privacy.json").read_text())["ncct_demo"]
+    assert set(metrics) == {"image", "latent", "epoch_time_ratio_image_to_latent"}
+    assert metrics["epoch_time_ratio_image_to_latent"] > 0
+    for space in ("image", "latent"):
+        ev = json.loads((demo / f"results/privacy/ncct_demo/{space}/evaluation.json").read_text())
+        assert ev["n_filters"] == 2 and len(ev["tau_per_filter"]) == 2
+        assert ev["n_training_scans"] == 8 and ev["n_heldout_scans"] == 6
+        ver = ev["verification"]  # 3 held-out patients x 2 scans: 3 positive, 12 negative pairs
+        assert ver["n_positive"] == 3 and ver["n_negative"] == 12 and 0 <= ver["auc"] <= 1
+        assert ver["auc_ci"][0] <= ver["auc"] <= ver["auc_ci"][1]
+        assert set(ver["auc_by_head"]) == {"pred", "corr", "l1", "l2"}
+        assert ev["retrieval"]["n_queries"] == 6
+        assert ev["sensitivity"]["heldout_patients"]["n_presented"] == 3
+        assert ev["sensitivity"]["training_patients"]["n_presented"] == 4
+        assert ev["key"].startswith(space)
+        rows = read_tsv(demo / f"results/privacy/ncct_demo/{space}/decisions.tsv")
+        assert [r["dataset"] for r in rows] == ["ncct_demo"] * 9 + ["ncct_ldm"] * 4
+        training_patients = {f"p{i:03d}" for i in range(1, 8)}
+        for r in rows:
+            assert (r["decision"] == "flagged") == (float(r["best_score"]) > ev["tau"])
+            assert r["attributed_patient"] in training_patients and r["match"].startswith(r["attributed_patient"])
+            assert 0 <= int(r["filters_flagging"]) <= 2
+        assert {r["kind"] for r in rows if r["dataset"] == "ncct_demo"} == {"replica", "nonreplica"}
+        nd = ev["synthetic"]["ncct_demo"]["near_duplicates"]
+        assert nd["n_replicas"] == 5 and nd["n_nonreplicas"] == 4
+        assert sum(ev["synthetic"]["ncct_ldm"]["consistency"]["decision_histogram"].values()) == 4
+        figures = demo / f"results/privacy/ncct_demo/{space}/figures"
+        assert {p.name for p in figures.iterdir()} == {"training_loss.png", "best_scores.png", "tsne_ncct_demo.png",
+                                                       "tsne_ncct_ldm.png"}
+        # a filter trained in one space is refused in the other
+        from synthaudit.privacy.model import load_network
+        other = "latent" if space == "image" else "image"
+        key = json.loads((demo / f"results/privacy/ncct_demo/{other}/evaluation.json").read_text())["key"]
+        with pytest.raises(ValueError, match=f"trained in {space} space"):
+            load_network(demo / f"results/privacy/ncct_demo/{space}/models/filter0.pt", {"space": other, "key": key})
+    for f in ("roc.png", "consistency.png", "../summary.tsv"):
+        assert (demo / "results/privacy/ncct_demo" / f).stat().st_size > 0
+
+
 def test_demo_rerun_does_nothing_and_report_builds(demo):
     proc = snakemake(demo, extra=["-n"])
     assert "Nothing to be done" in proc.stdout + proc.stderr
@@ -234,6 +276,37 @@ def test_n_larger_than_training_set_is_clamped_with_a_warning(tmp_path):
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
     assert metrics["mydata"]["mae"]["n_closest_used"] == 6
     assert "n_closest=50 exceeds the number of training volumes (6)" in (wd / "logs/relict_ratio/mydata/mae.log").read_text()
+
+
+def _privacy_on(wd, manifest_rows=None):
+    p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
+    p["privacy"].update(training_sets=["mydata"], spaces=["image"], latent_autoencoder=None)
+    write_params(wd, p)
+    if manifest_rows is not None:
+        manifest = wd.parent / "mydata" / "manifest.tsv"
+        manifest.write_text("\n".join(manifest_rows) + "\n")
+
+
+def test_privacy_filter_refuses_data_without_re_identification_pairs(tmp_path):
+    wd, _ = _user_dataset(tmp_path, "manifest")
+    manifest = (tmp_path / "mydata" / "manifest.tsv").read_text().splitlines()
+    # as given: one held-out patient, nothing to calibrate the filter on
+    _privacy_on(wd)
+    proc = snakemake(wd, "privacy_all", check=False, extra=["-n"])
+    assert proc.returncode != 0
+    assert "privacy filter for dataset mydata: calibration needs held-out scans of at least two patients" in (
+        proc.stdout + proc.stderr)
+    # no patient_id column: every scan its own patient, no positive pair
+    _privacy_on(wd, ["id\timage\trole"] + ["\t".join(r.split("\t")[:2] + r.split("\t")[3:]) for r in manifest[1:]])
+    proc = snakemake(wd, "privacy_all", check=False, extra=["-n"])
+    assert proc.returncode != 0
+    assert "no training patient has two scans" in proc.stdout + proc.stderr
+    # a patient with scans on both sides of the split
+    rows = [manifest[0]] + [r.replace("\tpat3\t", "\tpat0\t") for r in manifest[1:]]
+    _privacy_on(wd, rows)
+    proc = snakemake(wd, "privacy_all", check=False, extra=["-n"])
+    assert proc.returncode != 0
+    assert "patients with scans in both the training and the held-out set: ['pat0']" in proc.stdout + proc.stderr
 
 
 def test_snakemake_lint_is_clean(root):

@@ -119,7 +119,7 @@ rule privacy_evaluate:
         summary="results/privacy/{dataset}/{space}/evaluation.json",
         decisions="results/privacy/{dataset}/{space}/decisions.tsv",
         figures=report(
-            directory("results/figures/privacy/{dataset}/{space}"),
+            directory("results/privacy/{dataset}/{space}/figures"),
             patterns=["{name}.png"],
             caption="../report/privacy_space.rst",
             category="Privacy filters",
@@ -147,10 +147,10 @@ rule privacy_metrics:
         [f"results/privacy/{o}/{s}/evaluation.json" for o, s in PRIVACY_RUNS],
     output:
         metrics="results/metrics/privacy.json",
-        table="results/tables/privacy.tsv",
-        roc=[report(f"results/figures/privacy/{o}/roc.png", caption="../report/privacy_roc.rst",
+        table="results/privacy/summary.tsv",
+        roc=[report(f"results/privacy/{o}/roc.png", caption="../report/privacy_roc.rst",
                     category="Privacy filters", subcategory=o) for o in PRIVACY_SETS],
-        consistency=[report(f"results/figures/privacy/{o}/consistency.png", caption="../report/privacy_consistency.rst",
+        consistency=[report(f"results/privacy/{o}/consistency.png", caption="../report/privacy_consistency.rst",
                             category="Privacy filters", subcategory=o) for o in PRIVACY_SETS],
     log:
         "logs/privacy_metrics.log",

@@ -20,8 +20,13 @@ with logged(snakemake.log[0]) as log:
     real, syn = dict(np.load(snakemake.input.real)), dict(np.load(snakemake.input.synthetic))
     space = {"space": str(real["space"]), "key": str(real["key"])}
     filters, histories = [], {}
+    role = dict(zip((str(i) for i in real["ids"]), (str(r) for r in real["roles"])))
     for path in snakemake.input.filters:
         model, meta = load_network(path, space)
+        foreign = sorted(i for i in meta["train_ids"] + meta["val_ids"] if role.get(i) != "train")
+        if foreign:
+            raise ValueError(f"{path} was trained on scans that are not training scans of {owner} now "
+                             f"(manifest changed?): {foreign[:5]}; delete the filter to retrain it")
         filters.append(model)
         histories[Path(path).stem] = torch.load(path, map_location="cpu", weights_only=True)["history"]
     retrieval, _ = load_network(snakemake.input.retrieval, space)
@@ -48,7 +53,7 @@ with logged(snakemake.log[0]) as log:
         for name, learned in result["learned"].items():
             rows = np.array([d == name for d in feats["synthetic_datasets"]])
             figures.tsne_figure(tmp / f"tsne_{name}.png", feats["training"], feats["synthetic"][rows], learned,
-                                f"{name} vs {owner} training scans ({space_name}-space filter features)",
+                                f"synthetic set {name} and the {owner} training scans\n({space_name}-space filter features)",
                                 seed=cfg["tsne"]["seed"], perplexity=cfg["tsne"]["perplexity"])
     ver = summary["verification"] or {}
     log.info("verification AUC %s, tau %.4g, specificity %s; flagged: %s", ver.get("auc"), summary["tau"],

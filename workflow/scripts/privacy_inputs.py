@@ -13,7 +13,7 @@ import torch
 
 from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import Progress, logged
-from synthaudit.privacy.data import block_downsample, check_patients, standardise
+from synthaudit.privacy.data import check_patients, image_input, standardise
 
 
 def _file_digest(path) -> str:
@@ -30,7 +30,7 @@ def _arrays(paths, space, log, label):
         factor = snakemake.params.downsample
         out = []
         for k, p in enumerate(paths, 1):
-            out.append(block_downsample(load_volume(p)[0], factor)[None])
+            out.append(image_input(load_volume(p)[0], factor))
             progress(k)
         return np.stack(out).astype(np.float32)
     from synthaudit.generate import ldm

@@ -13,6 +13,12 @@ from synthaudit.logs import logged
 from synthaudit.privacy import figures
 
 
+COLUMNS = ["training_set", "space", "synthetic", "n", "flagged", "flag_rate", "tau", "verification_auc",
+           "specificity", "sensitivity_overall", "sensitivity_same_patient_max", "sensitivity_same_patient_mean",
+           "replica_flag_rate", "nonreplica_flag_rate", "unanimous_fraction", "attribution_unanimous_fraction",
+           "learned_fraction", "recall", "seconds_per_epoch"]
+
+
 def _get(d, *keys):
     for k in keys:
         if d is None:
@@ -75,7 +81,7 @@ with logged(snakemake.log[0]) as log:
             spaces["epoch_time_ratio_image_to_latent"] = (
                 spaces["image"]["seconds_per_epoch"] / spaces["latent"]["seconds_per_epoch"])
     write_json(snakemake.output.metrics, metrics)
-    write_tsv(snakemake.output.table, rows)
+    write_tsv(snakemake.output.table, rows, COLUMNS)  # the header even without filters
 
     for owner, roc_path, cons_path in zip(snakemake.params.owners, snakemake.output.roc, snakemake.output.consistency):
         spaces = by_owner[owner]

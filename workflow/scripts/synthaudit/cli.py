@@ -55,6 +55,16 @@ def _where(args) -> int:
                     print(f"    {d:>12} {m:>5}: balanced accuracy {_f(e['balanced_accuracy'])} at threshold "
                           f"{_f(e['threshold'])} (sensitivity {_f(e['sensitivity'])}, specificity "
                           f"{_f(e['specificity'])}, AUC {_f(e['auc'])})")
+    privacy = root / "results/metrics/privacy.json"
+    if privacy.is_file():
+        print(f"  privacy filters:    {privacy.relative_to(root)}, results/privacy/<training set>/<space>/")
+        for owner, spaces in json.loads(privacy.read_text()).items():
+            for space, e in spaces.items():
+                if not isinstance(e, dict):
+                    continue
+                flagged = ", ".join(f"{n} {_f(x['flag_rate'])}" for n, x in e["synthetic"].items())
+                print(f"    {owner:>12} {space:>6}: verification AUC {_f(e['verification_auc'])}, specificity "
+                      f"{_f(e['specificity'])}, flag rate {flagged}")
     return 0
 
 

@@ -41,6 +41,16 @@ def block_downsample(volume: np.ndarray, factor: int) -> np.ndarray:
     return v.reshape(shape).mean(axis=tuple(range(1, 2 * v.ndim, 2)))
 
 
+def image_input(volume: np.ndarray, factor: int) -> np.ndarray:
+    """One scan as the image-space network sees it: (1, *spatial), block-averaged by
+    ``factor``; singleton axes dropped, so a 2D image stored as NIfTI gets a 2D backbone."""
+    volume = np.asarray(volume, np.float32)
+    spatial = [s for s in volume.shape if s != 1]
+    if len(spatial) not in (2, 3):
+        raise PrivacyDataError(f"an image of shape {list(volume.shape)} is neither 2D nor 3D")
+    return block_downsample(volume.reshape(spatial), factor)[None]
+
+
 def check_patients(ids: Sequence[str], patients: Sequence[str], roles: Sequence[str], where: str) -> None:
     """Refuse patient ids that cannot support re-identification.
 

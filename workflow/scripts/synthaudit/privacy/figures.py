@@ -181,7 +181,8 @@ def flag_score_figure(path, scores: dict[str, np.ndarray], tau: float, title: st
     for k, (label, v) in enumerate(values.items()):
         colour = PALETTE[k % len(PALETTE)]
         if v.size >= 5:
-            counts, _, _ = ax.hist(np.clip(v, lo, hi), bins=bins, color=colour, alpha=0.5,
+            # outlined bars: overlapping groups stay visible where filled ones would hide each other
+            counts, _, _ = ax.hist(np.clip(v, lo, hi), bins=bins, color=colour, histtype="step", linewidth=1.8,
                                    label=f"{label} (n={v.size})")
             top = max(top, int(counts.max()))
         else:

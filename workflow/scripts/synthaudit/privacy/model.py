@@ -28,6 +28,7 @@ from ..io import atomic_path
 HEADS = ("pred", "corr", "l1", "l2")
 BACKBONES = {"resnet10": [1, 1, 1, 1], "resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}
 OBJECTIVES = ("verification", "retrieval")
+HEAD_INIT = 1.0  # initial head weight x sqrt(feature_dim), negative (see SiameseNetwork)
 
 
 class SiameseNetwork(nn.Module):
@@ -49,6 +50,12 @@ class SiameseNetwork(nn.Module):
             norm=("group", {"num_groups": 8}) if config["norm"] == "group" else "batch",
         )
         self.head = nn.Linear(int(config["feature_dim"]), 1) if config["objective"] == "verification" else None
+        if self.head is not None:
+            # start from "a smaller feature difference means more likely one patient": a random
+            # head is as likely to learn the inverse early on, and with the few pairs of a small
+            # training set early stopping can keep that inverted head
+            nn.init.constant_(self.head.weight, -HEAD_INIT / int(config["feature_dim"]) ** 0.5)
+            nn.init.zeros_(self.head.bias)
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, *spatial) -> (B, feature_dim) features."""

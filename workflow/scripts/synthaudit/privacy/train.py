@@ -39,11 +39,17 @@ def network_config(network: Mapping, objective: str, x: np.ndarray) -> dict:
 
 
 def pair_loss(model: SiameseNetwork, features: torch.Tensor, pairs: torch.Tensor, same: torch.Tensor,
-              margin: float) -> torch.Tensor:
-    """Mean loss of pairs (rows index ``features``); ``same`` is 1 for one patient."""
+              margin: float, positive_weight: float = 1.0) -> torch.Tensor:
+    """Mean loss of pairs (rows index ``features``); ``same`` is 1 for one patient.
+
+    ``positive_weight`` (the number of negatives drawn per positive) weighs positive
+    pairs in the cross-entropy so that the head learns as from balanced pairs: its 0.5
+    threshold then means "as likely one patient as two", as in the paper's balanced setup.
+    """
     fa, fb = features[pairs[:, 0]], features[pairs[:, 1]]
     if model.head is not None:
-        return F.binary_cross_entropy_with_logits(model.pair_logits(fa, fb), same)
+        weight = torch.where(same > 0, torch.full_like(same, positive_weight), torch.ones_like(same))
+        return F.binary_cross_entropy_with_logits(model.pair_logits(fa, fb), same, weight=weight)
     d = torch.sqrt(((fa - fb) ** 2).sum(1) + 1e-12)
     return (same * d**2 + (1 - same) * torch.clamp(margin - d, min=0) ** 2).mean() / 2
 
@@ -102,7 +108,7 @@ def train_network(
             total = 0.0
             for b in range(0, len(order), batch):
                 sel = order[b : b + batch]
-                loss = _batch_loss(model, x, pairs[sel], same[sel], margin, dev)
+                loss = _batch_loss(model, x, pairs[sel], same[sel], margin, dev, ratio)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
                 optimiser.step()
@@ -110,7 +116,7 @@ def train_network(
             model.eval()
             with torch.no_grad():
                 val_loss = sum(float(_batch_loss(model, x, val_pairs[b : b + batch], val_same[b : b + batch],
-                                                 margin, dev)) * len(val_pairs[b : b + batch])
+                                                 margin, dev, ratio)) * len(val_pairs[b : b + batch])
                                for b in range(0, len(val_pairs), batch)) / len(val_pairs)
             seconds = time.perf_counter() - start
             history.append({"epoch": epoch, "loss": total / len(pairs), "val_loss": val_loss, "seconds": seconds})
@@ -130,9 +136,9 @@ def train_network(
     return model.cpu().eval(), history
 
 
-def _batch_loss(model, x, pairs: np.ndarray, same: np.ndarray, margin: float, dev) -> torch.Tensor:
+def _batch_loss(model, x, pairs: np.ndarray, same: np.ndarray, margin: float, dev, ratio: float) -> torch.Tensor:
     """Embed each distinct scan of the batch once, then score its pairs."""
     unique, inverse = np.unique(pairs, return_inverse=True)
     features = model.embed(torch.from_numpy(x[unique]).to(dev))
     local = torch.from_numpy(inverse.reshape(pairs.shape)).to(dev)
-    return pair_loss(model, features, local, torch.from_numpy(same).to(dev), margin)
+    return pair_loss(model, features, local, torch.from_numpy(same).to(dev), margin, ratio)
