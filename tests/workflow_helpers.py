@@ -43,11 +43,11 @@ def tiny_params() -> dict:
     p["generator_sweep"]["n_training"] = [2]  # equal_steps: 4x the epochs on 2 of 8 scans
     p["relict"]["n_closest"] = 4
     p["relict"]["evaluation"]["bootstrap"]["n"] = 200
-    priv = p["privacy"]  # image (4 mm / 2) and latent filters at seconds-size
-    priv["image_downsample"] = 2
-    priv["training"].update(epochs=3, patience=2)
+    priv = p["privacy"]  # image (4 mm / 4) and latent filters at seconds-size
+    priv["image_downsample"] = 4
+    priv["training"].update(epochs=2, patience=2)
     priv["consistency"]["n_filters"] = 2
-    priv["verification"]["bootstrap"]["n"] = 200
+    priv["verification"]["bootstrap"]["n"] = 100
     return p
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 
+from synthaudit.privacy.data import PrivacyDataError, check_patients, patient_split
 from synthaudit.config import ParamsError, filter_measures, resolve_datasets, validate_params, with_sweep
 from synthaudit.relict import levels as measure_levels
 from synthaudit.sources import SourceError, generator_training_subset, plan_dataset
@@ -353,3 +354,51 @@ SWEEP_POINTS = sorted(SWEEP_DATASETS + [SWEEP["dataset"]], key=lambda d: len(gen
 
 # datasets whose label maps the in-workflow U-Net predicts
 UNET_DATASETS = [d for d in SEG_DATASETS if config["datasets"][d]["segmentation"]["source"] == "unet"]
+
+
+# Re-identification privacy filters (privacy.smk): the training sets that get filters,
+# their input spaces and the synthetic sets each filters.
+PRIVACY = config.get("privacy") or {}
+PRIVACY_SETS = list(PRIVACY.get("training_sets") or [])
+PRIVACY_AE = PRIVACY.get("latent_autoencoder")
+
+
+def privacy_spaces(owner):
+    """Image space always; latent space when the named generator learns this training set."""
+    spaces = [s for s in PRIVACY.get("spaces", []) if s == "image"]
+    if "latent" in PRIVACY.get("spaces", []) and PRIVACY_AE and TRAINING_OF.get(PRIVACY_AE) == owner:
+        spaces.append("latent")
+    return spaces
+
+
+# the synthetic sets a training set's filters judge (the sweep's are summarised by the sweep)
+PRIVACY_TARGETS = {o: [d for d in REVIEWED_DATASETS if TRAINING_OF[d] == o] for o in PRIVACY_SETS}
+PRIVACY_FILTERS = [f"filter{i}" for i in range(PRIVACY["consistency"]["n_filters"])] if PRIVACY else []
+PRIVACY_RUNS = [(o, s) for o in PRIVACY_SETS for s in privacy_spaces(o)]
+
+for _owner in PRIVACY_SETS:  # refuse data without re-identification pairs before anything runs
+    _scans = PLANS[_owner].scans
+    try:
+        check_patients([s.id for s in _scans], [s.patient_id for s in _scans], [s.role for s in _scans],
+                       f"privacy.training_sets: dataset {_owner}")
+        patient_split([s.patient_id for s in _scans], [i for i, s in enumerate(_scans) if s.role == "train"],
+                      PRIVACY["training"]["validation_fraction"], PRIVACY["training"]["split_seed"])
+        if len(PLANS[_owner].heldout) < 2 or len({s.patient_id for s in PLANS[_owner].heldout}) < 2:
+            raise PrivacyDataError("calibration needs held-out scans of at least two patients (role heldout)")
+    except PrivacyDataError as e:
+        raise WorkflowError(f"privacy filter for dataset {_owner}: {e}") from None
+
+
+def privacy_synthetic_images(wildcards):
+    return [p for d in PRIVACY_TARGETS[wildcards.dataset] for p in synthetic_images(d)]
+
+
+def privacy_truth(owner):
+    """Known sources of spiked synthetic volumes: replica of which training patient."""
+    out = {}
+    for d in PRIVACY_TARGETS[owner]:
+        if PLANS[d].spiked:
+            plan_ = PLANS[TRAINING_OF[d]]
+            out[d] = {r["id"]: {"kind": "replica" if r["kind"] == "replica" else "nonreplica",
+                                "source_patient": plan_.scan(r["source_id"]).patient_id} for r in PLANS[d].spiked}
+    return out

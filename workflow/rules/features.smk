@@ -26,4 +26,4 @@ rule embed:
 rule features_all:
     input:
         [f"results/relict/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic")
-         if FEATURE_MEASURES and (s == "synthetic" or d in OWN_TRAINING)],
+         if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d]) and (s == "synthetic" or d in OWN_TRAINING)],
