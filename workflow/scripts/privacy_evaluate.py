@@ -28,7 +28,7 @@ with logged(snakemake.log[0]) as log:
             raise ValueError(f"{path} was trained on scans that are not training scans of {owner} now "
                              f"(manifest changed?): {foreign[:5]}; delete the filter to retrain it")
         filters.append(model)
-        histories[Path(path).stem] = torch.load(path, map_location="cpu", weights_only=True)["history"]
+        histories[Path(path).stem] = meta["history"]
     retrieval, _ = load_network(snakemake.input.retrieval, space)
     log.info("%s space: %d filters, %d real scans, %d synthetic volumes", space_name, len(filters),
              len(real["ids"]), len(syn["ids"]))

@@ -112,7 +112,7 @@ def save_network(path: str | os.PathLike, model: SiameseNetwork, history: list[d
 
 
 def load_network(path: str | os.PathLike, space: Mapping | None = None) -> tuple[SiameseNetwork, dict]:
-    """A network saved by :func:`save_network` and its metadata (CPU, eval mode).
+    """A network saved by :func:`save_network` and its metadata with ``history`` (CPU, eval mode).
 
     Args:
         space: The input space the caller will feed (``space`` name and ``key``, see
@@ -128,7 +128,7 @@ def load_network(path: str | os.PathLike, space: Mapping | None = None) -> tuple
         raise FileNotFoundError(f"{path}: privacy filter not found")
     try:
         saved = torch.load(path, map_location="cpu", weights_only=True)
-        config, meta = dict(saved["config"]), dict(saved["meta"])
+        config, meta = dict(saved["config"]), {**saved["meta"], "history": list(saved["history"])}
         model = SiameseNetwork(config)
         model.load_state_dict(saved["state_dict"])
     except Exception as e:  # torch raises many types for corrupt or foreign files
