@@ -60,6 +60,9 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
     cal = cfg["calibration"]
     head = cal["head"]
 
+    # verification pairs: every pair of held-out scans (patients no filter saw), once
+    pairs, same = filtering.verification_pairs(ids, patients, held)
+    can_verify = bool(same.any() and (~same).any())
     flags, attributed, taus, per_filter = [], [], [], []
     first = None
     for k, model in enumerate(filters):
@@ -74,25 +77,25 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         taus.append(tau)
         if k == 0:
             first = {"f_real": f_real, "f_syn": f_syn, "r": r, "s": s, "tau": tau, "dec": dec, "model": model}
-        per_filter.append({"filter": k, "tau": tau, "verification_auc": _auc_or_none(model, f_real, ids, patients,
-                                                                                     held, "pred" if model.head is not None else head)})
+        auc = (metrics.roc_auc(_pair_scores(model, f_real, pairs, "pred" if model.head is not None else head), same)
+               if can_verify else None)
+        per_filter.append({"filter": k, "tau": tau, "verification_auc": auc})
 
     summary: dict = {"head": head, "percentile": cal["percentile"], "direction": cal["direction"],
                      "n_filters": len(filters), "n_training_scans": len(train), "n_heldout_scans": len(held),
                      "tau": first["tau"], "tau_per_filter": taus, "per_filter": per_filter}
 
     # verification and retrieval on held-out patients (never seen in training)
-    pairs, same = filtering.verification_pairs(ids, patients, held)
     roc = {}
-    if same.any() and (~same).any():
+    if can_verify:
         model, f_real = first["model"], first["f_real"]
-        vscore = score_matrix(model, f_real, f_real, "pred").numpy()[pairs[:, 0], pairs[:, 1]]
+        vscore = _pair_scores(model, f_real, pairs, "pred")
         ver = cfg["verification"]
         summary["verification"] = metrics.verification_metrics(
             vscore, same, threshold=ver["threshold"], n_bootstrap=ver["bootstrap"]["n"],
             seed=ver["bootstrap"]["seed"], level=ver["bootstrap"]["level"])
         summary["verification"]["auc_by_head"] = {
-            h: metrics.roc_auc(score_matrix(model, f_real, f_real, h).numpy()[pairs[:, 0], pairs[:, 1]], same)
+            h: metrics.roc_auc(_pair_scores(model, f_real, pairs, h), same)
             for h in HEADS}
         fpr, tpr, _ = metrics.roc_curve(vscore, same)
         roc = {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": summary["verification"]["auc"]}
@@ -161,8 +164,6 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
     }
 
 
-def _auc_or_none(model, f_real, ids, patients, held, head) -> float | None:
-    pairs, same = filtering.verification_pairs(ids, patients, held)
-    if not (same.any() and (~same).any()):
-        return None
-    return metrics.roc_auc(score_matrix(model, f_real, f_real, head).numpy()[pairs[:, 0], pairs[:, 1]], same)
+def _pair_scores(model, features, pairs: np.ndarray, head: str) -> np.ndarray:
+    """Scores of the given pairs of rows of ``features`` (only those pairs, not all)."""
+    return score_matrix(model, features[pairs[:, 0]], features[pairs[:, 1]], head).diagonal().numpy().copy()
