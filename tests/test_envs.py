@@ -28,6 +28,7 @@ CONDA_PACKAGE = {
     "SimpleITK": {"simpleitk"}, "matplotlib": {"matplotlib", "matplotlib-base"},
     "torch": {"pytorch"}, "skimage": {"scikit-image"}, "yaml": {"pyyaml"},
     "jsonschema": {"jsonschema"}, "monai": {"monai"}, "einops": {"einops"}, "sklearn": {"scikit-learn"},
+    "numba": {"numba"},
 }
 
 

@@ -35,47 +35,55 @@ def skimage_ssim(a, b, data_range, use_sample_covariance=True):
 # ---------------------------------------------------------------------------
 
 
-def test_mae_rmse_match_numpy_including_near_replicas():
+# Both engines: the numba kernels (CPU default) and the torch path (CUDA default), run on CPU.
+BACKENDS = ["kernels", "torch"]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n_train", [4, 7, 19])  # one block, a partial quad, several blocks of training volumes
+def test_mae_rmse_match_numpy_including_near_replicas(backend, n_train):
     rng = np.random.default_rng(0)
-    syn = rng.random((3, 23, 19, 17), dtype=np.float32)
-    train = rng.random((4, 23, 19, 17), dtype=np.float32)
+    syn = rng.random((3, 23, 19, 17), dtype=np.float32) * 1000
+    train = rng.random((n_train, 23, 19, 17), dtype=np.float32) * 1000
     train[1] = syn[0]  # exact replica
-    train[2] = syn[1] + rng.normal(0, 1e-6, syn[1].shape).astype(np.float32)  # near replica
-    out = all_pairs_image_measures(syn, train, ["mae", "rmse"], data_range=1.0)
+    train[2] = syn[1] + rng.normal(0, 1e-3, syn[1].shape).astype(np.float32)  # near replica
+    out = all_pairs_image_measures(syn, train, ["mae", "rmse"], data_range=1.0, backend=backend)
     diff = syn[:, None].astype(np.float64) - train[None].astype(np.float64)
     mae = np.abs(diff).mean(axis=(2, 3, 4))
     rmse = np.sqrt((diff**2).mean(axis=(2, 3, 4)))
-    assert out["mae"].shape == out["rmse"].shape == (3, 4)
+    assert out["mae"].shape == out["rmse"].shape == (3, n_train)
     assert out["mae"].dtype == np.float64
     assert out["mae"][0, 1] == 0 and out["rmse"][0, 1] == 0
-    assert 0 < mae[1, 2] < 1e-5  # the near replica really is near
+    assert 0 < mae[1, 2] < 1e-5 * mae.mean()  # the near replica really is near
     np.testing.assert_allclose(out["mae"], mae, rtol=1e-6, atol=0)
     np.testing.assert_allclose(out["rmse"], rmse, rtol=1e-6, atol=0)
 
 
-@pytest.mark.parametrize("shape", [(23, 19, 17), (40, 48, 36)])
-def test_ssim_matches_skimage(shape):
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("shape, n_train", [((23, 19, 17), 3), ((40, 48, 36), 6)])
+def test_ssim_matches_skimage(shape, n_train, backend):
     rng = np.random.default_rng(1)
     syn = structured(rng, shape, 3)
-    train = structured(rng, shape, 3)
+    train = structured(rng, shape, n_train)
     train[0] = syn[2]  # identical pair
     train[1] = np.clip(syn[0] + rng.normal(0, 1e-3, shape), 0, 1)  # near-identical pair
-    out = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0)["ssim"]
+    out = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0, backend=backend)["ssim"]
     expected = np.array([[skimage_ssim(s, t, 1.0) for t in train] for s in syn])
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
     assert abs(out[2, 0] - 1.0) < 1e-6
     assert expected[0, 1] > 0.99
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("offset, scale, use_sample_covariance", [(0.0, 1.0, False), (1000.0, 1.0, True),
                                                                    (-1000.0, 3000.0, True)])
-def test_ssim_matches_skimage_for_other_ranges(offset, scale, use_sample_covariance):
+def test_ssim_matches_skimage_for_other_ranges(offset, scale, use_sample_covariance, backend):
     """Data far from zero (where float32 cancellation would break a naive E[xy] - mu_x mu_y)."""
     rng = np.random.default_rng(2)
     vols = structured(rng, (25, 22, 21), 4) * np.float32(scale) + np.float32(offset)
     vols[3] = vols[0]
     out = all_pairs_image_measures(vols[:2], vols[2:], ["ssim"], data_range=scale,
-                                   use_sample_covariance=use_sample_covariance)["ssim"]
+                                   use_sample_covariance=use_sample_covariance, backend=backend)["ssim"]
     expected = np.array([[skimage_ssim(s, t, scale, use_sample_covariance) for t in vols[2:]]
                          for s in vols[:2]])
     np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
@@ -103,14 +111,14 @@ def test_streaming_iterator_progress_and_batch_size_invariance():
 
 
 def test_multi_slab_processing_matches(monkeypatch):
-    """Force the smallest CPU slabs (2r = 10 rows): 3 slabs of 30 rows, and 10 + 3 rows."""
+    """Torch path: force the smallest CPU slabs (2r = 10 rows): 3 slabs of 30 rows, and 10 + 3 rows."""
     rng = np.random.default_rng(5)
     for shape in [(40, 48, 36), (23, 19, 17)]:
         syn = structured(rng, shape, 2)
         train = structured(rng, shape, 2)
-        one_slab = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0)
+        one_slab = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, backend="torch")
         monkeypatch.setattr(image_measures, "_CPU_SLAB_VOXELS", 1)
-        slabs = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0)
+        slabs = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, backend="torch")
         monkeypatch.undo()
         expected = np.array([[skimage_ssim(s, t, 1.0) for t in train] for s in syn])
         np.testing.assert_allclose(slabs["ssim"], expected, rtol=0, atol=1e-5)
@@ -140,6 +148,21 @@ def test_image_measure_errors():
                                  data_range=1.0)
     with pytest.raises(ValueError, match="data_range"):
         all_pairs_image_measures(vols, vols, ["ssim"], data_range=0.0)
+    with pytest.raises(ValueError, match="backend"):
+        all_pairs_image_measures(vols, vols, ["mae"], data_range=1.0, backend="numpy")
+
+
+def test_kernels_and_torch_agree_and_threads_do_not_change_values():
+    """The two engines give the same numbers; the kernels' sums do not depend on the thread count."""
+    rng = np.random.default_rng(6)
+    syn = structured(rng, (30, 26, 24), 5) * np.float32(80)
+    train = (structured(rng, (30, 26, 24), 6) * 80).round().astype(np.int16)  # compact CT-like input
+    kernels = all_pairs_image_measures(syn, train, MEASURES, data_range=80.0, backend="kernels", threads=2)
+    one = all_pairs_image_measures(syn, train, MEASURES, data_range=80.0, backend="kernels", threads=1)
+    torch_path = all_pairs_image_measures(syn, train, MEASURES, data_range=80.0, backend="torch")
+    for m in MEASURES:
+        np.testing.assert_array_equal(kernels[m], one[m])
+        np.testing.assert_allclose(kernels[m], torch_path[m], rtol=1e-6, atol=1e-7)
 
 
 def test_to_distance():

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 
 from ..devices import resolve_device
+from . import kernels
 
 MEASURES = ("mae", "rmse", "ssim")
 SIMILARITIES = frozenset({"ssim"})
@@ -76,6 +77,10 @@ _WORK_MAPS = 10
 # Voxels sampled to estimate a volume's median shift; any constant is exact, the median
 # only has to be typical, so a strided sample suffices.
 _MEDIAN_SAMPLES = 1 << 18
+# Training volumes per block of the CPU kernels (each synthetic voxel is read once per
+# block): MAE/RMSE blocks hold float32 volumes, SSIM blocks five maps per volume.
+_CPU_ERROR_BLOCK = 16
+_CPU_SSIM_BLOCK = 4
 
 
 def to_distance(measure: str, values: np.ndarray) -> np.ndarray:
@@ -115,6 +120,7 @@ def all_pairs_image_measures(
     threads: int | None = None,
     n_training: int | None = None,
     progress: Callable[[int, int | None], None] | None = None,
+    backend: str = "auto",
 ) -> dict[str, np.ndarray]:
     """Compute image-level measures between every synthetic and training volume.
 
@@ -152,6 +158,9 @@ def all_pairs_image_measures(
             an iterator without ``len``.
         progress: Called as ``progress(done, total)`` after each training volume;
             ``total`` is None when unknown.
+        backend: ``"kernels"`` (fused numba loops, CPU only), ``"torch"`` (tensor
+            operations, any device) or ``"auto"``: kernels on CPU, torch on CUDA. Both
+            give the same values to float32 rounding.
 
     Returns:
         For each requested measure, an (S, T) float64 array of raw values (MAE and
@@ -174,6 +183,15 @@ def all_pairs_image_measures(
     n_synthetic = synthetic.shape[0]
     total = n_training if n_training is not None else _length(training)
     dev = resolve_device(device)
+
+    if backend not in ("auto", "kernels", "torch"):
+        raise ValueError(f"backend must be 'auto', 'kernels' or 'torch', got {backend!r}")
+    if backend == "kernels" and dev.type != "cpu":
+        raise ValueError(f"the numba kernels run on the CPU only; device {dev} needs backend 'torch' or 'auto'")
+    if backend == "kernels" or (backend == "auto" and dev.type == "cpu"):
+        return _cpu_all_pairs(synthetic, training, wanted, data_range=data_range, ssim_sigma=ssim_sigma,
+                              ssim_truncate=ssim_truncate, use_sample_covariance=use_sample_covariance,
+                              threads=threads, total=total, progress=progress)
 
     with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
         ssim = None
@@ -210,6 +228,71 @@ def all_pairs_image_measures(
                 progress(done, total)
 
     return {m: np.stack(columns[m], axis=1) if columns[m] else np.empty((n_synthetic, 0)) for m in wanted}
+
+
+def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_range: float, ssim_sigma: float,
+                   ssim_truncate: float, use_sample_covariance: bool, threads: int | None, total: int | None,
+                   progress) -> dict[str, np.ndarray]:
+    """CPU path: fused numba kernels over blocks of training volumes (see ``kernels``).
+
+    Training volumes are gathered into blocks so that each synthetic voxel is read
+    from memory once per block rather than once per pair; a block holds
+    ``_CPU_ERROR_BLOCK`` volumes for MAE/RMSE and ``_CPU_SSIM_BLOCK`` for SSIM (whose
+    per-volume maps are five volumes' worth each).
+    """
+    shape = synthetic.shape[1:]
+    n_synthetic, n_voxels = synthetic.shape[0], math.prod(shape)
+    errors = [m for m in wanted if m in ("mae", "rmse")]
+    dev = torch.device("cpu")
+    with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode(), kernels.kernel_threads(threads):
+        ssim = syn_maps = None
+        if "ssim" in wanted:
+            ssim = _SSIM(shape, data_range=data_range, sigma=ssim_sigma, truncate=ssim_truncate,
+                         use_sample_covariance=use_sample_covariance, device=dev)
+            syn_maps = ssim.moments(torch.from_numpy(synthetic)).arrays()
+            weights = ssim.filter.weights.astype(np.float32)
+            n_inner = math.prod(syn_maps[2].shape[1:])
+        flat = synthetic.reshape(n_synthetic, n_voxels)
+        block_size = _CPU_SSIM_BLOCK if ssim else _CPU_ERROR_BLOCK
+        columns: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
+        done = 0
+        for block in _blocks(training, block_size):
+            volumes = np.stack([_as_array(v, shape, done + i) for i, v in enumerate(block)])
+            if errors:
+                abs_sum, sq_sum = kernels.error_sums(flat, volumes.reshape(len(volumes), n_voxels))
+                if "mae" in columns:
+                    columns["mae"].append(abs_sum / n_voxels)
+                if "rmse" in columns:
+                    columns["rmse"].append(np.sqrt(sq_sum / n_voxels))
+            if ssim:
+                train_maps = ssim.moments(torch.from_numpy(volumes)).arrays()
+                sums = np.zeros((n_synthetic, len(volumes)))
+                kernels.ssim_sums(*syn_maps, *train_maps, weights, ssim.c1, ssim.c2 / ssim.k, sums)
+                columns["ssim"].append(sums / n_inner)
+            for _ in block:
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    return {m: np.concatenate(columns[m], axis=1) if columns[m] else np.empty((n_synthetic, 0)) for m in wanted}
+
+
+def _blocks(items, size: int) -> Iterator[list]:
+    """Consecutive lists of up to ``size`` items of any iterable (one pass)."""
+    block = []
+    for item in items:
+        block.append(item)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _as_array(volume, shape: tuple[int, ...], index: int) -> np.ndarray:
+    array = np.asarray(volume, dtype=np.float32)
+    if array.shape != shape:
+        raise ValueError(f"training volume {index} has shape {array.shape}; the synthetic volumes have {shape}")
+    return array
 
 
 def _check_measures(measures: Sequence[str]) -> list[str]:
@@ -427,6 +510,10 @@ class _Moments:
 
     def __getitem__(self, index: slice) -> _Moments:
         return _Moments(*(getattr(self, f.name)[index] for f in fields(self)))
+
+    def arrays(self) -> list[np.ndarray]:
+        """The maps as NumPy views (CPU tensors), in field order, for the numba kernel."""
+        return [getattr(self, f.name).numpy() for f in fields(self)]
 
 
 class _SSIM:
