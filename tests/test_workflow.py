@@ -10,6 +10,7 @@ import pytest
 from scipy import ndimage
 
 from synthaudit.io import read_tsv, save_volume
+from synthaudit.relict.image_measures import all_pairs_image_measures
 from workflow_helpers import snakemake, tiny_params, write_params
 
 pytestmark = pytest.mark.workflow
@@ -225,6 +226,10 @@ def _user_dataset(tmp_path, layout):
 @pytest.mark.parametrize("layout", ["manifest", "nnunet"])
 def test_user_folder_of_registered_nifti(tmp_path, layout):
     wd, _ = _user_dataset(tmp_path, layout)
+    p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
+    # the all-pairs jobs split into shards (synthetic blocks for one layout, training blocks for the other)
+    p["compute"].update(training_shards=2 if layout == "nnunet" else 1, synthetic_shards=1 if layout == "nnunet" else 2)
+    write_params(wd, p)
     snakemake(wd, "relict_all")
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
     expected = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
@@ -239,6 +244,17 @@ def test_user_folder_of_registered_nifti(tmp_path, layout):
         assert {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"1", "2"}
     assert metrics["mydata"]["rmse"]["balanced_accuracy"] == 1.0
     assert metrics["mydata"]["rmse"]["n_closest_used"] == 3
+    # the gathered matrix is the unsharded one, rows and columns in the planned order
+    gathered = np.load(wd / "results/relict/mydata/measures/mae.npz")
+    assert int(gathered["shards"]) == 2 and not (wd / "results/relict/mydata/shards").exists()  # shards are temp
+
+    def volumes(ids, folder):
+        return np.stack([np.asarray(nib.load(wd / f"results/{folder}/{i}.nii.gz").dataobj, np.float32) for i in ids])
+
+    syn = volumes(gathered["synthetic_ids"], "synthetic/mydata/images")
+    train = volumes(gathered["training_ids"], "preprocessed/mydata/images")
+    direct = all_pairs_image_measures(syn, train, ["mae"], data_range=1.0)["mae"]
+    np.testing.assert_array_equal(gathered["values"], direct)
 
 
 def test_bad_synthetic_volumes_stop_the_run_naming_the_file(tmp_path):

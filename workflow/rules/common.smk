@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 from synthaudit.privacy.data import PrivacyDataError, check_patients, patient_split
 from synthaudit.config import ParamsError, filter_measures, resolve_datasets, validate_params, with_sweep
 from synthaudit.relict import levels as measure_levels
+from synthaudit.relict import shards as relict_shards
 from synthaudit.sources import SourceError, generator_training_subset, plan_dataset
 
 try:
@@ -152,6 +153,31 @@ def training_features(wildcards):
 
 def unet_model(wildcards):
     return f"results/relict/segmentation/{TRAINING_OF[wildcards.dataset]}/unet/model.pt"
+
+
+# runtime settings of the all-pairs jobs (params.yaml `compute`; optional, these defaults otherwise)
+COMPUTE = {"device": "auto", "training_shards": 1, "synthetic_shards": 1, **config.get("compute", {})}
+
+
+def measure_shards(dataset):
+    """Shard names of a dataset's image- and segmentation-level measures (relict.shards)."""
+    return relict_shards.shard_names(len(PLANS[dataset].synthetic), len(PLANS[dataset].train),
+                                     COMPUTE["synthetic_shards"], COMPUTE["training_shards"])
+
+
+def shard_of(wildcards, items, axis):
+    """The part of ``items`` (all synthetic or all training volumes, planned order) in shard ``wildcards.shard``."""
+    p = PLANS[wildcards.dataset]
+    blocks = relict_shards.shard_blocks(wildcards.shard, len(p.synthetic), len(p.train),
+                                        COMPUTE["synthetic_shards"], COMPUTE["training_shards"])
+    return list(items)[blocks[0] if axis == "synthetic" else blocks[1]]
+
+
+def measure_benchmarks(dataset, measure):
+    """Benchmark files of one measure's jobs (one per shard; one file at feature level)."""
+    if measure in FEATURE_MEASURES:
+        return [f"benchmarks/relict_measure/{dataset}/{measure}.tsv"]
+    return [f"benchmarks/relict_measure/{dataset}/{measure}/{s}.tsv" for s in measure_shards(dataset)]
 
 
 def synthetic_images(dataset):

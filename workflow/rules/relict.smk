@@ -1,29 +1,31 @@
 # RELICT (paper 2.3, 2.4, 2.7): all-pairs measures between every synthetic and every
 # training volume at image, feature and segmentation level; the distance ratio (or the
 # absolute distance at segmentation level), ranking, and evaluation against the rating.
-# One job per measure so benchmark files give Table 2's runtimes.
+# One job per measure and shard (params.yaml `compute`), gathered into one matrix; the
+# shards' benchmark files together give Table 2's runtimes.
 
 rule relict_measure:
     input:
-        synthetic=lambda wc: synthetic_images(wc.dataset),
-        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        synthetic=lambda wc: shard_of(wc, synthetic_images(wc.dataset), "synthetic"),
+        training=lambda wc: shard_of(wc, preprocessed_images(wc.dataset, role="train"), "training"),
         training_qc=training_qc,
         grid=grid_json,
     output:
-        "results/relict/{dataset}/measures/{measure}.npz",
+        temp("results/relict/{dataset}/shards/{measure}/{shard}.npz"),
     log:
-        "logs/relict_measure/{dataset}/{measure}.log",
+        "logs/relict_measure/{dataset}/{measure}/{shard}.log",
     benchmark:
-        "benchmarks/relict_measure/{dataset}/{measure}.tsv"
+        "benchmarks/relict_measure/{dataset}/{measure}/{shard}.tsv"
     params:
-        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
-        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        synthetic_ids=lambda wc: shard_of(wc, [v.id for v in plan(wc).synthetic], "synthetic"),
+        training_ids=lambda wc: shard_of(wc, [s.id for s in plan(wc).train], "training"),
         ssim=config["relict"]["ssim"],
     threads: 2
     resources:
         mem_mb=8000,
     wildcard_constraints:
         measure=_alternatives(IMAGE_MEASURES),
+        shard=r"s\d+-t\d+",
     conda:
         "../../envs/relict.yaml"
     script:
@@ -55,29 +57,51 @@ rule relict_feature_measure:
 
 rule relict_segmentation_measure:
     input:
-        synthetic=lambda wc: seg_labels(wc.dataset, "synthetic"),
-        training=lambda wc: seg_labels(wc.dataset, "train"),
+        synthetic=lambda wc: shard_of(wc, seg_labels(wc.dataset, "synthetic"), "synthetic"),
+        training=lambda wc: shard_of(wc, seg_labels(wc.dataset, "train"), "training"),
         grid=grid_json,
     output:
-        "results/relict/{dataset}/measures/{measure}.npz",
+        temp("results/relict/{dataset}/shards/{measure}/{shard}.npz"),
     log:
-        "logs/relict_segmentation_measure/{dataset}/{measure}.log",
+        "logs/relict_segmentation_measure/{dataset}/{measure}/{shard}.log",
     benchmark:
-        "benchmarks/relict_measure/{dataset}/{measure}.tsv"
+        "benchmarks/relict_measure/{dataset}/{measure}/{shard}.tsv"
     params:
-        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
-        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        synthetic_ids=lambda wc: shard_of(wc, [v.id for v in plan(wc).synthetic], "synthetic"),
+        training_ids=lambda wc: shard_of(wc, [s.id for s in plan(wc).train], "training"),
         classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
-    threads: 1
+    threads: 2
     resources:
         mem_mb=8000,
     wildcard_constraints:
         dataset=_alternatives(SEG_DATASETS),
         measure=_alternatives(SEG_MEASURES),
+        shard=r"s\d+-t\d+",
     conda:
         "../../envs/relict.yaml"
     script:
         "../scripts/relict_segmentation_measure.py"
+
+
+rule relict_gather:
+    input:
+        lambda wc: [f"results/relict/{wc.dataset}/shards/{wc.measure}/{s}.npz" for s in measure_shards(wc.dataset)],
+    output:
+        "results/relict/{dataset}/measures/{measure}.npz",
+    log:
+        "logs/relict_gather/{dataset}/{measure}.log",
+    params:
+        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+    threads: 1
+    resources:
+        mem_mb=2000,
+    wildcard_constraints:
+        measure=_alternatives(IMAGE_MEASURES + SEG_MEASURES),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_gather.py"
 
 
 rule relict_ratio:

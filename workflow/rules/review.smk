@@ -31,7 +31,7 @@ REVIEW_SEG_TRAIN = {
 
 rule table_runtime:
     input:
-        compare=lambda wc: [f"benchmarks/relict_measure/{wc.dataset}/{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        compare=lambda wc: [b for m in MEASURES_BY_DS[wc.dataset] for b in measure_benchmarks(wc.dataset, m)],
         embed=lambda wc: (
             [f"benchmarks/embed/{TRAINING_OF[wc.dataset]}/train.tsv", f"benchmarks/embed/{wc.dataset}/synthetic.tsv"]
             if relict_levels.by_level(MEASURES_BY_DS[wc.dataset], "feature")
@@ -52,6 +52,7 @@ rule table_runtime:
         "logs/table_runtime/{dataset}.log",
     params:
         measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+        jobs_per_measure=lambda wc: [len(measure_benchmarks(wc.dataset, m)) for m in MEASURES_BY_DS[wc.dataset]],
         segmentation_source=lambda wc: (config["datasets"][wc.dataset].get("segmentation") or {}).get("source"),
     threads: 1
     resources:

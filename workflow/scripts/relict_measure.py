@@ -42,7 +42,7 @@ with logged(snakemake.log[0]) as log:
         ssim_sigma=snakemake.params.ssim["sigma"], ssim_truncate=snakemake.params.ssim["truncate"],
         use_sample_covariance=snakemake.params.ssim["use_sample_covariance"],
         progress=Progress(log, f"{measure}: training volumes compared", n_train), n_training=n_train,
-        threads=snakemake.threads,
+        threads=snakemake.threads, device=snakemake.config.get("compute", {}).get("device", "auto"),
     )[measure]
     seconds = time.perf_counter() - start
     with atomic_path(snakemake.output[0]) as tmp:

@@ -11,7 +11,9 @@ from synthaudit.relict import levels, tables
 
 def per_dataset(log):
     dataset, measures = snakemake.wildcards.dataset, snakemake.params.measures
-    compare = {m: tables.read_benchmark(p) for m, p in zip(measures, snakemake.input.compare)}
+    files, compare = list(snakemake.input.compare), {}
+    for m, n in zip(measures, snakemake.params.jobs_per_measure):  # one benchmark per shard of a measure
+        compare[m], files = tables.combine_benchmarks([tables.read_benchmark(p) for p in files[:n]]), files[n:]
     embed = tables.combine_benchmarks([tables.read_benchmark(p) for p in snakemake.input.embed])
     segment = tables.combine_benchmarks([tables.read_benchmark(p) for p in snakemake.input.segment])
     training = tables.combine_benchmarks([tables.read_benchmark(p) for p in snakemake.input.segment_training])

@@ -68,7 +68,15 @@ def error_sums(synthetic: np.ndarray, training: np.ndarray, chunk: int = ERROR_C
         chunk: Voxels per chunk (cache blocking).
         parts: Voxel ranges summed separately (fixed for reproducible sums).
     """
-    n_vox = synthetic.shape[1]
+    n_vox, n_train = synthetic.shape[1], training.shape[0]
+    if n_train % 4:
+        # Pad to whole groups of four: every pair then goes through the same (vectorised)
+        # code path, so its value does not depend on its position in the block, i.e. on
+        # how the training set is sharded or blocked.
+        padded = np.zeros((n_train + 4 - n_train % 4, n_vox), training.dtype)
+        padded[:n_train] = training
+        abs_sum, sq_sum = error_sums(synthetic, padded, chunk, parts)
+        return abs_sum[:, :n_train], sq_sum[:, :n_train]
     if parts is None:
         parts = max(1, min(16, n_vox // chunk))
     abs_parts = np.zeros((parts, synthetic.shape[0], training.shape[0]))
@@ -81,8 +89,7 @@ def error_sums(synthetic: np.ndarray, training: np.ndarray, chunk: int = ERROR_C
 def _error_parts(synthetic, training, abs_out, sq_out, chunk):  # pragma: no cover - compiled
     n_parts = abs_out.shape[0]
     n_syn, n_vox = synthetic.shape
-    n_train = training.shape[0]
-    n_quad = n_train - n_train % 4
+    n_quad = training.shape[0]  # a multiple of 4 (see error_sums)
     per_part = (n_vox + n_parts - 1) // n_parts
     for p in prange(n_parts):
         lo = p * per_part
@@ -121,15 +128,6 @@ def _error_parts(synthetic, training, abs_out, sq_out, chunk):  # pragma: no cov
                     sq_out[p, s, t + 1] += q1
                     sq_out[p, s, t + 2] += q2
                     sq_out[p, s, t + 3] += q3
-                for t in range(n_quad, n_train):
-                    a0 = np.float32(0.0)
-                    q0 = np.float32(0.0)
-                    for v in range(v0, v1):
-                        d0 = np.float32(synthetic[s, v]) - np.float32(training[t, v])
-                        a0 += abs(d0)
-                        q0 += d0 * d0
-                    abs_out[p, s, t] += a0
-                    sq_out[p, s, t] += q0
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)

@@ -1,0 +1,98 @@
+"""Scatter/gather of the all-pairs measures: shards of training and synthetic volumes.
+
+Why shards: at the paper's scale an image-level measure is hours of CPU per dataset;
+split into contiguous blocks of training (and synthetic) volumes, each block is an
+independent Snakemake job that a cluster runs in parallel. Every pair's value is
+computed from its two volumes alone (per-volume quantities are recomputed in each
+shard), so the gathered matrix equals the unsharded one exactly, and the gather
+only places blocks; it checks that the blocks tile the matrix in the planned order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+
+_NAME = re.compile(r"^s(\d+)-t(\d+)$")
+
+
+def shard_ranges(n: int, shards: int) -> list[tuple[int, int]]:
+    """Contiguous (start, stop) blocks of ``n`` items, as even as possible.
+
+    ``shards`` is reduced to ``n`` (no empty shard); ``n == 0`` gives one empty block.
+    """
+    if shards < 1:
+        raise ValueError(f"the number of shards must be at least 1, got {shards}")
+    k = max(1, min(shards, n))
+    edges = [round(i * n / k) for i in range(k + 1)]
+    return list(zip(edges[:-1], edges[1:]))
+
+
+def shard_names(n_synthetic: int, n_training: int, synthetic_shards: int, training_shards: int) -> list[str]:
+    """Shard names ``s<i>-t<j>`` (synthetic block i, training block j)."""
+    return [f"s{i}-t{j}" for i in range(len(shard_ranges(n_synthetic, synthetic_shards)))
+            for j in range(len(shard_ranges(n_training, training_shards)))]
+
+
+def shard_blocks(name: str, n_synthetic: int, n_training: int, synthetic_shards: int,
+                 training_shards: int) -> tuple[slice, slice]:
+    """The synthetic and training slices of shard ``name``."""
+    match = _NAME.match(name)
+    syn = shard_ranges(n_synthetic, synthetic_shards)
+    train = shard_ranges(n_training, training_shards)
+    if not match or int(match[1]) >= len(syn) or int(match[2]) >= len(train):
+        raise ValueError(f"no shard {name!r} among {len(syn)} x {len(train)} shards")
+    (s0, s1), (t0, t1) = syn[int(match[1])], train[int(match[2])]
+    return slice(s0, s1), slice(t0, t1)
+
+
+def gather(parts: Sequence[dict], synthetic_ids: Sequence[str], training_ids: Sequence[str]) -> dict:
+    """Assemble shard results into the full (S, T) matrices.
+
+    Args:
+        parts: Per shard, a mapping with ``synthetic_ids``, ``training_ids``, the (s, t)
+            arrays ``values`` and ``distances`` and ``seconds``; other keys must agree
+            across shards and are carried over.
+        synthetic_ids, training_ids: The full, planned order of rows and columns.
+
+    Returns:
+        The merged mapping: full ``values`` and ``distances``, the planned ids, the
+        summed ``seconds`` and ``shards`` (their number).
+
+    Raises:
+        ValueError: When the shards do not tile the matrix exactly once, or disagree
+            on a carried key (e.g. the SSIM data range or the measure).
+    """
+    rows = {v: i for i, v in enumerate(synthetic_ids)}
+    cols = {v: i for i, v in enumerate(training_ids)}
+    shape = (len(rows), len(cols))
+    values = np.full(shape, np.nan)
+    distances = np.full(shape, np.nan)
+    covered = np.zeros(shape, np.int64)
+    carried: dict = {}
+    seconds = 0.0
+    for k, part in enumerate(parts):
+        try:
+            r = np.array([rows[v] for v in map(str, part["synthetic_ids"])], dtype=np.intp)
+            c = np.array([cols[v] for v in map(str, part["training_ids"])], dtype=np.intp)
+        except KeyError as err:
+            raise ValueError(f"shard {k}: volume {err.args[0]!r} is not in the planned ids") from None
+        block = np.ix_(r, c)
+        values[block] = part["values"]
+        distances[block] = part["distances"]
+        covered[block] += 1
+        seconds += float(part["seconds"])
+        for key, value in part.items():
+            if key in ("synthetic_ids", "training_ids", "values", "distances", "seconds"):
+                continue
+            if key in carried and not np.array_equal(np.asarray(carried[key]), np.asarray(value)):
+                raise ValueError(f"shards disagree on {key!r}: {carried[key]!r} vs {value!r}")
+            carried.setdefault(key, value)
+    if not np.all(covered == 1):
+        missing, twice = int(np.sum(covered == 0)), int(np.sum(covered > 1))
+        raise ValueError(f"the shards do not tile the {shape[0]} x {shape[1]} matrix: "
+                         f"{missing} pairs missing, {twice} pairs in more than one shard")
+    return {**carried, "values": values, "distances": distances, "synthetic_ids": np.array(synthetic_ids),
+            "training_ids": np.array(training_ids), "seconds": seconds, "shards": len(parts)}
