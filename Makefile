@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 
-.PHONY: demo test install lint report privacy dvc-repro clean
+.PHONY: demo test install lint report privacy dvc-repro clean bench bench-quick
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -33,6 +33,14 @@ lint: $(STAMP)
 
 report: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) --report results/report.html
+
+# Benchmark of the all-pairs measures (not part of the tests; README, "Benchmark"):
+# bench at RELICT's sizes (NCCT 50 x 774, TOF 50 x 1,782), bench-quick in a few minutes.
+bench: $(STAMP)
+	$(BIN)/python -m synthaudit.bench --scale ncct tof
+
+bench-quick: $(STAMP)
+	$(BIN)/python -m synthaudit.bench --scale quick
 
 clean:
 	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \
