@@ -176,10 +176,14 @@ def test_toy_run_reports_agreement_targets_and_profiles(tmp_path):
     profile = targets["combined_wall_s"]["profile"]
     assert set(profile) == set(combined["measures"])
     assert profile["mae"]["n_training"] == 1 and len(profile["mae"]["by_cumulative"]) > 0
+    speedup = targets["speedup_per_core_mae"]  # 10x per core against the naive reference
+    assert speedup["measured"] == ncct["measures"]["mae"]["comparison"]["speedup"]["per_core"]
+    assert speedup["met"] == (speedup["measured"] >= 10)
 
     tof = report["use_cases"]["tof"]
     assert set(tof["measures"]) == {"rmse", "emb_rmse", "dice_multiclass", "asd_multiclass"}
-    assert tof["combined"]["measures"] == [] and tof["targets"] == []
+    assert tof["combined"]["measures"] == []
+    assert [t["name"] for t in tof["targets"]] == [f"speedup_per_core_{m}" for m in tof["measures"]]
     assert "toy/ncct" in R.table(report)
 
 
