@@ -248,7 +248,7 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
         ssim = syn_maps = None
         if "ssim" in wanted:
             ssim = _SSIM(shape, data_range=data_range, sigma=ssim_sigma, truncate=ssim_truncate,
-                         use_sample_covariance=use_sample_covariance, device=dev)
+                         use_sample_covariance=use_sample_covariance, device=dev, use_kernels=True)
             syn_maps = ssim.moments(torch.from_numpy(synthetic)).arrays()
             weights = ssim.filter.weights.astype(np.float32)
             n_inner = math.prod(syn_maps[2].shape[1:])
@@ -535,7 +535,7 @@ class _SSIM:
     """
 
     def __init__(self, shape: tuple[int, ...], *, data_range: float, sigma: float, truncate: float,
-                 use_sample_covariance: bool, device: torch.device):
+                 use_sample_covariance: bool, device: torch.device, use_kernels: bool = False):
         if sigma <= 0:
             raise ValueError(f"ssim_sigma must be positive, got {sigma}")
         self.filter = _ValidGaussian(sigma, truncate, device)
@@ -549,6 +549,7 @@ class _SSIM:
         self.c2 = (_K2 * data_range) ** 2
         self.k = 2 * self.cov_norm / self.filter.gain
         self.device = device
+        self.use_kernels = use_kernels  # per-volume maps by the numba kernel (CPU)
 
     def moments(self, volumes: torch.Tensor) -> _Moments:
         """Per-volume maps of (B, X, Y, Z) float32 volumes, computed in float64 one at a time."""
@@ -558,6 +559,16 @@ class _SSIM:
         out = _Moments(torch.empty_like(volumes),
                        *(torch.empty(inner, dtype=torch.float32, device=self.device) for _ in range(4)))
         gain = self.filter.gain
+        if self.device.type == "cpu" and self.use_kernels:
+            weights = self.filter.weights
+            for i, volume in enumerate(volumes):
+                flat = volume.reshape(-1)
+                shift = flat[:: max(1, flat.numel() // _MEDIAN_SAMPLES)].median()
+                torch.sub(volume, shift, out=out.shifted[i])
+                maps = [getattr(out, name)[i].numpy() for name in ("cross", "mean", "alpha", "beta")]
+                kernels.ssim_moments(out.shifted[i].numpy(), float(shift), weights, gain, self.c1, self.c2,
+                                     self.cov_norm, self.k, *maps)
+            return out
         for i, volume in enumerate(volumes):
             flat = volume.reshape(-1)
             shift = flat[:: max(1, flat.numel() // _MEDIAN_SAMPLES)].median()
