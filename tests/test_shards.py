@@ -60,8 +60,11 @@ def test_sharded_image_measures_equal_unsharded(measure):
 
     whole = compute(syn, train)
     merged = _sharded(compute, syn, train, syn_ids, train_ids, measure, 2, 3)
-    np.testing.assert_array_equal(merged["values"], whole)
-    np.testing.assert_array_equal(merged["distances"], to_distance(measure, whole))
+    # MAE and SSIM: bitwise equal (every pair's sums are independent of the other volumes);
+    # RMSE alone comes from float64 products whose blocking depends on the shard: 1e-12
+    exact = measure != "rmse"
+    np.testing.assert_allclose(merged["values"], whole, rtol=0 if exact else 1e-12, atol=0)
+    np.testing.assert_allclose(merged["distances"], to_distance(measure, whole), rtol=0 if exact else 1e-12, atol=0)
     assert list(merged["training_ids"]) == train_ids and merged["seconds"] == 6 * 1.5 and merged["shards"] == 6
 
 

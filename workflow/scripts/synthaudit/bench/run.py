@@ -247,7 +247,20 @@ def _device_info(device: str) -> dict:
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+    """This process's peak resident memory (MB).
+
+    Linux keeps ``ru_maxrss`` across fork and exec (it lives in the signal struct), so
+    a child started by a parent that once held the whole cohort would report the
+    parent's peak; ``VmHWM`` belongs to the address space that exec creates anew.
+    """
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
 def _cpu_seconds() -> float:
