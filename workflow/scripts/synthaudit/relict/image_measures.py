@@ -266,7 +266,8 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
                 sq_sum = squares.block(volumes.reshape(len(volumes), n_voxels))
                 columns["rmse"].append(np.sqrt(sq_sum / n_voxels))
             elif errors:
-                abs_sum, sq_sum = kernels.error_sums(flat, volumes.reshape(len(volumes), n_voxels))
+                abs_sum, sq_sum = kernels.error_sums(flat, volumes.reshape(len(volumes), n_voxels),
+                                                     squares="rmse" in columns)
                 if "mae" in columns:
                     columns["mae"].append(abs_sum / n_voxels)
                 if "rmse" in columns:
