@@ -223,6 +223,156 @@ def test_all_pairs_measure_subset_and_input_errors():
         M.all_pairs_segmentation_measures([volumes[0] * 0.5], volumes, [1], (1, 1, 1))
 
 
+def _tube(shape, start, direction, length, radius, label, volume):
+    """Paint a straight tube of ``label`` (voxel units) into ``volume``."""
+    grid = np.stack(np.meshgrid(*(np.arange(n) for n in shape), indexing="ij"), axis=-1).astype(float)
+    direction = np.asarray(direction, float) / np.linalg.norm(direction)
+    t = np.clip((grid - start) @ direction, 0, length)
+    inside = np.linalg.norm(grid - (np.asarray(start) + t[..., None] * direction), axis=-1) <= radius
+    volume[inside] = label
+
+
+def test_all_pairs_equals_per_pair_functions_on_a_larger_cohort():
+    """The all-pairs paths the small cohort above does not reach, against the per-pair functions.
+
+    More synthetic maps than one block of distance maps (8), shared surfel positions
+    (a repeated map), tall blobs (many queries on one axis-2 line: lower envelope) and
+    thin tubes (few: direct minimum), a label above the classes (foreground, no class),
+    bool / int16 / int64 inputs, an empty map, and a dense map (the scan's second pass);
+    the result must not depend on the number of threads.
+    """
+    rng = np.random.default_rng(11)
+    shape, labels = (30, 34, 20), [1, 2, 3]
+    synthetic = []
+    for i in range(10):
+        volume = _ellipsoids(rng, shape, int(rng.integers(1, 4)), labels)
+        if i % 3 == 0:  # a tall blob: lines along axis 2 with many surfels
+            c = rng.integers(6, 24, 2)
+            volume[c[0] - 3:c[0] + 3, c[1] - 4:c[1] + 4, 2:18] = 2
+        if i % 3 == 1:
+            _tube(shape, rng.uniform(3, 8, 3), rng.normal(size=3), 25.0, 1.2, 3, volume)
+        synthetic.append(volume)
+    synthetic.append(synthetic[4].copy())  # shared surfel positions
+    synthetic[7][2:4, 2:4, 2:4] = 9  # foreground outside the classes
+    synthetic[8] = synthetic[8] > 0  # bool
+    synthetic.append(np.zeros(shape, np.int64))
+    training = [_ellipsoids(rng, shape, int(rng.integers(1, 5)), labels).astype(np.int16) for _ in range(4)]
+    _tube(shape, (2.0, 5.0, 3.0), (1.0, 0.4, 0.3), 30.0, 1.0, 1, training[1])
+    training.append(np.where(rng.random(shape) < 0.6, rng.integers(1, 4, shape), 0).astype(np.int16))  # dense
+    training.append(np.zeros(shape, np.uint8))
+    training.append(synthetic[0].copy())
+
+    one = M.all_pairs_segmentation_measures(synthetic, training, labels, SPACING, threads=1)
+    two = M.all_pairs_segmentation_measures(synthetic, iter(training), labels, SPACING, threads=2)
+    for name in M.MEASURES:
+        np.testing.assert_array_equal(one[name], two[name], err_msg=name)
+    for i, s in enumerate(synthetic):
+        for j, t in enumerate(training):
+            expected = {
+                "dice_binary": M.dice(s > 0, t > 0, [1])[1],
+                "dice_multiclass": M.mean_dice(M.dice(s, t, labels)),
+                "asd_binary": M.average_surface_distance(s > 0, t > 0, SPACING, [1])[1],
+                "asd_multiclass": M.mean_asd(M.average_surface_distance(s, t, SPACING, labels)),
+            }
+            for name, value in expected.items():
+                np.testing.assert_allclose(one[name][i, j], value, rtol=1e-12, atol=0, equal_nan=True,
+                                           err_msg=f"{name} [{i}, {j}]")
+    assert one["dice_multiclass"][0, 6] == 1.0 and one["asd_multiclass"][0, 6] == 0.0
+
+
+def test_distance_kernels_are_exact():
+    """Distances from stacked synthetic surfels and full-grid maps equal brute force.
+
+    Sites and queries are arbitrary corners (not real surfaces), some far outside the
+    sites' box, some on the grid border, with anisotropic spacing.
+    """
+    from scipy.spatial.distance import cdist
+
+    from synthaudit.segment import _kernels as K
+
+    rng = np.random.default_rng(5)
+    shape = (17, 13, 9)
+    grid = tuple(n + 1 for n in shape)
+    spacing = (0.7, 1.3, 2.1)
+
+    def surface(n, lo, hi):
+        flat = rng.choice(math.prod(grid), n, replace=False)
+        coords = np.stack(np.unravel_index(np.sort(flat), grid), axis=1)
+        coords = np.clip(coords, lo, np.subtract(hi, 1))
+        coords = np.unique(coords, axis=0)
+        return M._Surface(coords, rng.uniform(0.1, 2.0, len(coords)))
+
+    stacked = [surface(n, (0, 0, 0), grid) for n in (40, 400, 3, 900, 40)] + [None]
+    stacked.append(surface(200, (12, 0, 5), grid))  # queries lie far from some site boxes
+    stack = M._SyntheticSurfaces(stacked, grid, spacing, lambda f, items: list(map(f, items)))
+    per_line = np.diff(stack._queries[4])  # both ways of the last pass: direct minimum and envelope
+    assert per_line.min() <= K._DIRECT_QUERIES < per_line.max()
+    points = np.stack(np.unravel_index(np.arange(math.prod(grid)), grid), axis=1) * spacing
+    for r, s in enumerate(x for x in stacked if x is not None):  # the full-grid maps
+        expected = cdist(points, s.coords * spacing).min(axis=1)
+        np.testing.assert_allclose(stack.maps[:, r], expected, rtol=1e-13, atol=1e-13)
+    for sites in (surface(1, (0, 0, 0), grid), surface(30, (2, 3, 1), (6, 9, 4)), surface(800, (0, 0, 0), grid)):
+        distances = stack.to_surface(sites)[stack.corner_of]
+        stacked_coords = np.concatenate([x.coords for x in stacked if x is not None])
+        expected = cdist(stacked_coords * spacing, sites.coords * spacing).min(axis=1)
+        np.testing.assert_allclose(distances, expected, rtol=1e-13, atol=1e-13)
+
+
+@pytest.mark.parametrize("fraction", [0.95, 0.5, 0.01, 1.0])
+def test_area_percentile_matches_surface_percentile(fraction):
+    from synthaudit.segment import _kernels as K
+
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 7, 1000, 5000):
+        distances = np.round(rng.exponential(3.0, n), 1)  # many ties
+        areas = rng.choice([0.25, 0.5, 0.7071, 1.0], n)
+        surface = M._Surface(np.zeros((n, 3), np.int64), areas)
+        assert K.area_percentile(distances, areas, fraction) == surface.percentile(distances, 100 * fraction)
+    assert K.area_percentile(np.full(5, 2.5), np.ones(5), fraction) == 2.5
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int16, np.uint16, np.int32, np.int64, bool, np.float32])
+def test_scan_counts_boxes_and_foreground(dtype):
+    rng = np.random.default_rng(2)
+    shape = (9, 11, 7)  # 693 voxels: not a whole number of 8-byte words for any type
+    for density in (0.02, 0.9):  # sparse, and dense (collected in a second pass)
+        data = np.where(rng.random(shape) < density, rng.integers(1, 12, shape), 0)
+        data = (data > 0) if dtype is bool else data.astype(dtype)
+        scanned = M._scan(M._label_array(data, None, "x"), "x", 3)
+        values = np.asarray(data, np.int64)
+        buckets = np.minimum(values, 4)
+        np.testing.assert_array_equal(scanned.counts, np.bincount(buckets.ravel(), minlength=5))
+        np.testing.assert_array_equal(scanned.fg_index, np.flatnonzero(values))
+        np.testing.assert_array_equal(scanned.fg_bucket, buckets.ravel()[np.flatnonzero(values)])
+        for b in range(1, 5):
+            where = np.argwhere(buckets == b)
+            if len(where):
+                np.testing.assert_array_equal(scanned.lo[b], where.min(axis=0))
+                np.testing.assert_array_equal(scanned.hi[b], where.max(axis=0))
+        table = M._area_table(SPACING)
+        for key, mask in ((0, values > 0), (1, values == 1), (3, values == 3)):
+            ours = M._add_surfaces(scanned, [key], table).surfaces[key]
+            reference = M._mask_surface(mask, table)
+            if reference is None:
+                assert ours is None
+                continue
+            np.testing.assert_array_equal(ours.coords, reference.coords)
+            np.testing.assert_array_equal(ours.areas, reference.areas)
+
+
+def test_all_pairs_refuses_negative_labels_and_bad_threads():
+    volume = np.zeros((6, 6, 6), np.int16)
+    volume[1:3, 1:3, 1:3] = 1
+    negative = volume.copy()
+    negative[4, 4, 4] = -2
+    with pytest.raises(ValueError, match="training label map 1: label map has negative values"):
+        M.all_pairs_segmentation_measures([volume], [volume, negative], [1], (1, 1, 1), threads=2)
+    with pytest.raises(ValueError, match="synthetic label map 0: label map has negative values"):
+        M.all_pairs_segmentation_measures([negative], [volume], [1], (1, 1, 1))
+    with pytest.raises(ValueError, match="threads must be a positive integer"):
+        M.all_pairs_segmentation_measures([volume], [volume], [1], (1, 1, 1), threads=0)
+
+
 def test_check_labels_names_file_and_values():
     data = np.zeros((4, 4, 4), np.float32)
     data[0, 0, :3] = [1, 3, 7]
