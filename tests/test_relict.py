@@ -293,22 +293,3 @@ def test_evaluate_measure():
     assert result["auc"] == 1.0  # small ratio = replica, so scores are -ratio
     assert (result["n_synthetic"], result["n_replicas"], result["n_nonreplicas"]) == (5, 3, 2)
     assert len(result["sweep"]) == 7
-
-
-def test_rmse_alone_by_matrix_products_is_exact_for_near_replicas(monkeypatch):
-    """RMSE without MAE comes from norms and products; near-replicas are recomputed directly."""
-    rng = np.random.default_rng(7)
-    syn = (rng.random((4, 21, 18, 17), dtype=np.float32) * 100 + 1000).astype(np.float32)  # far from zero
-    train = (rng.random((9, 21, 18, 17), dtype=np.float32) * 100 + 1000).astype(np.float32)
-    train[2] = syn[0]
-    train[5] = syn[3] + np.float32(1e-3) * rng.standard_normal(syn[3].shape).astype(np.float32)
-    calls = []
-    original = image_measures.kernels.error_sums
-    monkeypatch.setattr(image_measures.kernels, "error_sums", lambda *a, **k: calls.append(len(a[1])) or original(*a, **k))
-    out = all_pairs_image_measures(syn, train, ["rmse"], data_range=1.0)["rmse"]
-    expected = np.sqrt(((syn[:, None].astype(np.float64) - train[None]) ** 2).mean(axis=(2, 3, 4)))
-    np.testing.assert_allclose(out, expected, rtol=1e-7, atol=0)
-    assert out[0, 2] == 0.0 and 0 < out[3, 5] < 1e-2
-    assert calls.count(1) == 2  # exactly the two near pairs went through the direct path
-    both = all_pairs_image_measures(syn, train, ["mae", "rmse"], data_range=1.0)["rmse"]
-    np.testing.assert_allclose(out, both, rtol=1e-6, atol=0)  # the fused kernel sums runs in float32

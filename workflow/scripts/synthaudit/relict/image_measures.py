@@ -80,9 +80,6 @@ _MEDIAN_SAMPLES = 1 << 18
 # Training volumes per block of the CPU kernels (each synthetic voxel is read once per
 # block): MAE/RMSE blocks hold float32 volumes, SSIM blocks five maps per volume.
 _CPU_ERROR_BLOCK = 16
-# RMSE from norms and products: pairs with |s - t|^2 below this fraction of |s'|^2 + |t'|^2
-# are recomputed directly (float64 products err by ~1e-13 of that sum).
-_NORM_CANCELLATION = 1e-6
 _CPU_SSIM_BLOCK = 4
 
 
@@ -256,16 +253,15 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
             weights = ssim.filter.weights.astype(np.float32)
             n_inner = math.prod(syn_maps[2].shape[1:])
         flat = synthetic.reshape(n_synthetic, n_voxels)
-        squares = _SquaredDistances(flat) if errors == ["rmse"] else None
         block_size = _CPU_SSIM_BLOCK if ssim else _CPU_ERROR_BLOCK
         columns: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
         done = 0
+        buffer = np.empty((block_size, *shape), np.float32)  # reused: fresh blocks would page-fault each time
         for block in _blocks(training, block_size):
-            volumes = np.stack([_as_array(v, shape, done + i) for i, v in enumerate(block)])
-            if errors == ["rmse"]:
-                sq_sum = squares.block(volumes.reshape(len(volumes), n_voxels))
-                columns["rmse"].append(np.sqrt(sq_sum / n_voxels))
-            elif errors:
+            volumes = buffer[:len(block)]
+            for i, volume in enumerate(block):
+                _copy_volume(volume, volumes[i], done + i)
+            if errors:
                 abs_sum, sq_sum = kernels.error_sums(flat, volumes.reshape(len(volumes), n_voxels),
                                                      squares="rmse" in columns)
                 if "mae" in columns:
@@ -284,37 +280,6 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
     return {m: np.concatenate(columns[m], axis=1) if columns[m] else np.empty((n_synthetic, 0)) for m in wanted}
 
 
-class _SquaredDistances:
-    """``sum (s - t)^2`` for all pairs from norms and one float64 matrix product per block.
-
-    ``|s - t|^2 = |s'|^2 + |t'|^2 - 2 s'.t'`` with ``s' = s - c``, ``t' = t - c`` and
-    ``c`` the mean synthetic volume: a common shift leaves distances unchanged and
-    shrinks the norms to the spread of the data, so the identity cancels little. In
-    float64 its error is ~1e-13 of ``|s'|^2 + |t'|^2``; pairs closer than
-    ``_NORM_CANCELLATION`` of that (near-replicas, where the identity would lose
-    digits) are recomputed voxel by voxel, so every value keeps ~1e-7 relative
-    precision. Used when RMSE is wanted without MAE (MAE has no such identity; the
-    fused kernel then computes both in one pass).
-    """
-
-    def __init__(self, flat: np.ndarray):
-        self.flat = flat
-        self.centre = flat.mean(axis=0, dtype=np.float64)
-        self.syn = torch.from_numpy(flat.astype(np.float64) - self.centre)
-        self.syn_sq = torch.einsum("ij,ij->i", self.syn, self.syn)
-
-    def block(self, volumes: np.ndarray) -> np.ndarray:
-        train = torch.from_numpy(volumes.astype(np.float64) - self.centre)
-        train_sq = torch.einsum("ij,ij->i", train, train)
-        scale = self.syn_sq[:, None] + train_sq[None, :]
-        sq = (scale - 2.0 * (self.syn @ train.T)).clamp_(min=0).numpy()
-        close = np.argwhere(sq < _NORM_CANCELLATION * scale.numpy())
-        for s_index, t_index in close:
-            _, exact = kernels.error_sums(self.flat[s_index:s_index + 1], volumes[t_index:t_index + 1])
-            sq[s_index, t_index] = exact[0, 0]
-        return sq
-
-
 def _blocks(items, size: int) -> Iterator[list]:
     """Consecutive lists of up to ``size`` items of any iterable (one pass)."""
     block = []
@@ -327,11 +292,12 @@ def _blocks(items, size: int) -> Iterator[list]:
         yield block
 
 
-def _as_array(volume, shape: tuple[int, ...], index: int) -> np.ndarray:
-    array = np.asarray(volume, dtype=np.float32)
-    if array.shape != shape:
-        raise ValueError(f"training volume {index} has shape {array.shape}; the synthetic volumes have {shape}")
-    return array
+def _copy_volume(volume, out: np.ndarray, index: int) -> None:
+    """Copy (and convert, e.g. int16 CT) training volume ``index`` into the float32 block."""
+    array = np.asarray(volume)
+    if array.shape != out.shape:
+        raise ValueError(f"training volume {index} has shape {array.shape}; the synthetic volumes have {out.shape}")
+    np.copyto(out, array, casting="unsafe")
 
 
 def _check_measures(measures: Sequence[str]) -> list[str]:

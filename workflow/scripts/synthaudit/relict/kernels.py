@@ -83,12 +83,57 @@ def error_sums(synthetic: np.ndarray, training: np.ndarray, chunk: int = ERROR_C
         parts = max(1, min(16, n_vox // chunk))
     abs_parts = np.zeros((parts, synthetic.shape[0], training.shape[0]))
     sq_parts = np.zeros_like(abs_parts)
-    (_error_parts if squares else _abs_parts)(synthetic, training, abs_parts, sq_parts, chunk)
+    _error_parts(synthetic, training, abs_parts, sq_parts, chunk, squares)
     return abs_parts.sum(axis=0), sq_parts.sum(axis=0)
 
 
+@njit(fastmath=True, cache=True, inline="always")
+def _quad_abs(x, b0, b1, b2, b3):  # pragma: no cover - compiled
+    """Sums of |x - b_i| over four 1D runs (1D slices: numba then emits plain vector loads)."""
+    a0 = np.float32(0.0)
+    a1 = np.float32(0.0)
+    a2 = np.float32(0.0)
+    a3 = np.float32(0.0)
+    for v in range(x.shape[0]):
+        xv = x[v]
+        a0 += abs(xv - b0[v])
+        a1 += abs(xv - b1[v])
+        a2 += abs(xv - b2[v])
+        a3 += abs(xv - b3[v])
+    return a0, a1, a2, a3
+
+
+@njit(fastmath=True, cache=True, inline="always")
+def _quad_abs_sq(x, b0, b1, b2, b3):  # pragma: no cover - compiled
+    """Sums of |x - b_i| and (x - b_i)^2 over four 1D runs."""
+    a0 = np.float32(0.0)
+    a1 = np.float32(0.0)
+    a2 = np.float32(0.0)
+    a3 = np.float32(0.0)
+    q0 = np.float32(0.0)
+    q1 = np.float32(0.0)
+    q2 = np.float32(0.0)
+    q3 = np.float32(0.0)
+    for v in range(x.shape[0]):
+        xv = x[v]
+        d0 = xv - b0[v]
+        d1 = xv - b1[v]
+        d2 = xv - b2[v]
+        d3 = xv - b3[v]
+        a0 += abs(d0)
+        a1 += abs(d1)
+        a2 += abs(d2)
+        a3 += abs(d3)
+        q0 += d0 * d0
+        q1 += d1 * d1
+        q2 += d2 * d2
+        q3 += d3 * d3
+    return a0, a1, a2, a3, q0, q1, q2, q3
+
+
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _error_parts(synthetic, training, abs_out, sq_out, chunk):  # pragma: no cover - compiled
+def _error_parts(synthetic, training, abs_out, sq_out, chunk, squares):  # pragma: no cover - compiled
+    """Voxel range ``p`` of the parts in parallel; within it, cache-sized chunks."""
     n_parts = abs_out.shape[0]
     n_syn, n_vox = synthetic.shape
     n_quad = training.shape[0]  # a multiple of 4 (see error_sums)
@@ -99,70 +144,19 @@ def _error_parts(synthetic, training, abs_out, sq_out, chunk):  # pragma: no cov
         for v0 in range(lo, hi, chunk):
             v1 = min(v0 + chunk, hi)
             for s in range(n_syn):
+                x = synthetic[s, v0:v1]
                 for t in range(0, n_quad, 4):
-                    a0 = np.float32(0.0)
-                    a1 = np.float32(0.0)
-                    a2 = np.float32(0.0)
-                    a3 = np.float32(0.0)
-                    q0 = np.float32(0.0)
-                    q1 = np.float32(0.0)
-                    q2 = np.float32(0.0)
-                    q3 = np.float32(0.0)
-                    for v in range(v0, v1):
-                        x = np.float32(synthetic[s, v])
-                        d0 = x - np.float32(training[t, v])
-                        d1 = x - np.float32(training[t + 1, v])
-                        d2 = x - np.float32(training[t + 2, v])
-                        d3 = x - np.float32(training[t + 3, v])
-                        a0 += abs(d0)
-                        a1 += abs(d1)
-                        a2 += abs(d2)
-                        a3 += abs(d3)
-                        q0 += d0 * d0
-                        q1 += d1 * d1
-                        q2 += d2 * d2
-                        q3 += d3 * d3
-                    abs_out[p, s, t] += a0
-                    abs_out[p, s, t + 1] += a1
-                    abs_out[p, s, t + 2] += a2
-                    abs_out[p, s, t + 3] += a3
-                    sq_out[p, s, t] += q0
-                    sq_out[p, s, t + 1] += q1
-                    sq_out[p, s, t + 2] += q2
-                    sq_out[p, s, t + 3] += q3
-
-
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _abs_parts(synthetic, training, abs_out, sq_out, chunk):  # pragma: no cover - compiled
-    n_parts = abs_out.shape[0]
-    n_syn, n_vox = synthetic.shape
-    n_quad = training.shape[0]  # a multiple of 4 (see error_sums)
-    per_part = (n_vox + n_parts - 1) // n_parts
-    for p in prange(n_parts):
-        lo = p * per_part
-        hi = min(lo + per_part, n_vox)
-        for v0 in range(lo, hi, chunk):
-            v1 = min(v0 + chunk, hi)
-            for s in range(n_syn):
-                for t in range(0, n_quad, 4):
-                    a0 = np.float32(0.0)
-                    a1 = np.float32(0.0)
-                    a2 = np.float32(0.0)
-                    a3 = np.float32(0.0)
-                    for v in range(v0, v1):
-                        x = np.float32(synthetic[s, v])
-                        d0 = x - np.float32(training[t, v])
-                        d1 = x - np.float32(training[t + 1, v])
-                        d2 = x - np.float32(training[t + 2, v])
-                        d3 = x - np.float32(training[t + 3, v])
-                        a0 += abs(d0)
-                        a1 += abs(d1)
-                        a2 += abs(d2)
-                        a3 += abs(d3)
-                    abs_out[p, s, t] += a0
-                    abs_out[p, s, t + 1] += a1
-                    abs_out[p, s, t + 2] += a2
-                    abs_out[p, s, t + 3] += a3
+                    b0, b1 = training[t, v0:v1], training[t + 1, v0:v1]
+                    b2, b3 = training[t + 2, v0:v1], training[t + 3, v0:v1]
+                    if squares:
+                        r = _quad_abs_sq(x, b0, b1, b2, b3)
+                        for i in range(4):
+                            abs_out[p, s, t + i] += r[i]
+                            sq_out[p, s, t + i] += r[4 + i]
+                    else:
+                        r4 = _quad_abs(x, b0, b1, b2, b3)
+                        for i in range(4):
+                            abs_out[p, s, t + i] += r4[i]
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
