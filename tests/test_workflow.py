@@ -227,8 +227,9 @@ def _user_dataset(tmp_path, layout):
 def test_user_folder_of_registered_nifti(tmp_path, layout):
     wd, _ = _user_dataset(tmp_path, layout)
     p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
-    # the all-pairs jobs split into shards (synthetic blocks for one layout, training blocks for the other)
-    p["compute"].update(training_shards=2 if layout == "nnunet" else 1, synthetic_shards=1 if layout == "nnunet" else 2)
+    # the all-pairs jobs split into shards (training blocks; synthetic blocks are covered by tests/test_shards.py)
+    shards = 2 if layout == "nnunet" else 1
+    p["compute"].update(training_shards=shards, synthetic_shards=1)
     write_params(wd, p)
     snakemake(wd, "relict_all")
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
@@ -246,7 +247,7 @@ def test_user_folder_of_registered_nifti(tmp_path, layout):
     assert metrics["mydata"]["rmse"]["n_closest_used"] == 3
     # the gathered matrix is the unsharded one, rows and columns in the planned order
     gathered = np.load(wd / "results/relict/mydata/measures/mae.npz")
-    assert int(gathered["shards"]) == 2 and not (wd / "results/relict/mydata/shards").exists()  # shards are temp
+    assert int(gathered["shards"]) == shards and not (wd / "results/relict/mydata/shards").exists()  # shards are temp
 
     def volumes(ids, folder):
         return np.stack([np.asarray(nib.load(wd / f"results/{folder}/{i}.nii.gz").dataobj, np.float32) for i in ids])
