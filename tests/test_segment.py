@@ -178,6 +178,21 @@ def test_empty_whole_image_gives_volume_diagonal():
 
 # --------------------------------------------------------------------------- all pairs
 
+def assert_equals_per_pair(result, synthetic, training, labels):
+    """Every all-pairs value equals the per-pair functions (relative 1e-12; NaN where both are NaN)."""
+    for i, s in enumerate(synthetic):
+        for j, t in enumerate(training):
+            expected = {
+                "dice_binary": M.dice(s > 0, t > 0, [1])[1],
+                "dice_multiclass": M.mean_dice(M.dice(s, t, labels)),
+                "asd_binary": M.average_surface_distance(s > 0, t > 0, SPACING, [1])[1],
+                "asd_multiclass": M.mean_asd(M.average_surface_distance(s, t, SPACING, labels)),
+            }
+            for name, value in expected.items():
+                np.testing.assert_allclose(result[name][i, j], value, rtol=1e-12, atol=0, equal_nan=True,
+                                           err_msg=f"{name} [{i}, {j}]")
+
+
 
 def test_all_pairs_equals_per_pair_functions(nearest_by):
     rng = np.random.default_rng(7)
@@ -195,17 +210,7 @@ def test_all_pairs_equals_per_pair_functions(nearest_by):
 
     assert calls == [(j, len(training)) for j in range(1, len(training) + 1)]
     assert set(result) == set(M.MEASURES)
-    for i, s in enumerate(synthetic):
-        for j, t in enumerate(training):
-            expected = {
-                "dice_binary": M.dice(s > 0, t > 0, [1])[1],
-                "dice_multiclass": M.mean_dice(M.dice(s, t, labels)),
-                "asd_binary": M.average_surface_distance(s > 0, t > 0, SPACING, [1])[1],
-                "asd_multiclass": M.mean_asd(M.average_surface_distance(s, t, SPACING, labels)),
-            }
-            for name, value in expected.items():
-                np.testing.assert_allclose(result[name][i, j], value, rtol=1e-12, atol=0, equal_nan=True,
-                                           err_msg=f"{name} [{i}, {j}]")
+    assert_equals_per_pair(result, synthetic, training, labels)
     assert math.isnan(result["asd_multiclass"][5, 4])  # both empty
     assert result["dice_binary"][1, 5] == 1.0 and result["asd_multiclass"][1, 5] == 0.0  # identical pair
 
@@ -266,17 +271,7 @@ def test_all_pairs_equals_per_pair_functions_on_a_larger_cohort():
     two = M.all_pairs_segmentation_measures(synthetic, iter(training), labels, SPACING, threads=2)
     for name in M.MEASURES:
         np.testing.assert_array_equal(one[name], two[name], err_msg=name)
-    for i, s in enumerate(synthetic):
-        for j, t in enumerate(training):
-            expected = {
-                "dice_binary": M.dice(s > 0, t > 0, [1])[1],
-                "dice_multiclass": M.mean_dice(M.dice(s, t, labels)),
-                "asd_binary": M.average_surface_distance(s > 0, t > 0, SPACING, [1])[1],
-                "asd_multiclass": M.mean_asd(M.average_surface_distance(s, t, SPACING, labels)),
-            }
-            for name, value in expected.items():
-                np.testing.assert_allclose(one[name][i, j], value, rtol=1e-12, atol=0, equal_nan=True,
-                                           err_msg=f"{name} [{i}, {j}]")
+    assert_equals_per_pair(one, synthetic, training, labels)
     assert one["dice_multiclass"][0, 6] == 1.0 and one["asd_multiclass"][0, 6] == 0.0
 
 
