@@ -10,7 +10,7 @@ Precision. RMSE uses ``|a - b|^2 = |a|^2 + |b|^2 - 2 a.b`` (one matrix product
 for all pairs), in float64. That identity cancels badly when ``|a - b|`` is small
 next to ``|a|`` - for replicas, exactly the pairs that matter, and for the
 non-negative, similar embeddings of a CNN in general. Two measures keep it exact:
-the vectors are first centred on the training set's mean (distances do not
+the vectors are first centred on the synthetic set's mean (distances do not
 change; the norms shrink to the spread of the data), and the few pairs whose
 squared distance is still below 1e-4 of the centred squared norms (where the
 identity could lose more than about 1e-9 relative) are recomputed directly.
@@ -69,7 +69,10 @@ def all_pairs_feature_measures(synthetic: np.ndarray, training: np.ndarray,
     out = {m: np.zeros((a.shape[0], b.shape[0]), dtype=np.float64) for m in measures}
     if out[measures[0]].size == 0:
         return out
-    centre = _mean_rows(b, block)
+    # Any common centre leaves distances unchanged; the synthetic mean is cheap (S rows)
+    # and as typical of the data as the training mean, which would cost a pass over T rows.
+    centre = _mean_rows(a, block)
+    rmse, cosine = "emb_rmse" in out, "emb_cosine" in out
 
     for i in range(0, a.shape[0], block):
         a64 = a[i:i + block].astype(np.float64)
@@ -77,12 +80,12 @@ def all_pairs_feature_measures(synthetic: np.ndarray, training: np.ndarray,
         a_sq = np.einsum("ij,ij->i", ac, ac)
         a_norm = np.sqrt(np.einsum("ij,ij->i", a64, a64))
         for j in range(0, b.shape[0], block):
-            b64 = b[j:j + block].astype(np.float64)
-            rows, cols = slice(i, i + len(a64)), slice(j, j + len(b64))
-            if "emb_rmse" in out:
-                bc = b64 - centre
+            rows, cols = slice(i, i + len(a64)), slice(j, j + min(block, b.shape[0] - j))
+            if rmse:  # one pass: converted and centred together
+                bc = np.subtract(b[cols], centre, dtype=np.float64)
                 out["emb_rmse"][rows, cols] = np.sqrt(_squared_distances(ac, bc, a_sq) / n_features)
-            if "emb_cosine" in out:
+            if cosine:
+                b64 = b[cols].astype(np.float64)
                 b_norm = np.sqrt(np.einsum("ij,ij->i", b64, b64))
                 out["emb_cosine"][rows, cols] = _cosine(a64 @ b64.T, a_norm, b_norm)
     return out
