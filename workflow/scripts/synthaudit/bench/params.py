@@ -165,7 +165,7 @@ def _use_case(where: _Where, key: str, name: str, body: Any) -> UseCase:
     if extra := [m for m in combined if m not in measures]:
         where.fail(f"{key}.combined", extra, f"measures of this use case ({list(measures)})")
     targets = where.mapping(body["targets"] or {}, f"{key}.targets")
-    allowed_targets = {"combined_wall_s", "peak_rss_mb", *(f"{m}_wall_s" for m in measures)}
+    allowed_targets = {"combined_wall_s", "peak_rss_mb", "speedup_per_core", *(f"{m}_wall_s" for m in measures)}
     for target, limit in targets.items():
         if target not in allowed_targets:
             where.fail(f"{key}.targets", target, f"one of {sorted(allowed_targets)}")

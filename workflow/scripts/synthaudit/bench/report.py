@@ -105,13 +105,12 @@ def combined(measures: tuple[str, ...], results: dict) -> dict:
     }
 
 
-SPEEDUP_PER_CORE = 10.0  # engine vs single-threaded naive reference, per pair and per core
-
-
 def targets(use_case, results: dict, combined_figure: dict) -> list[dict]:
     """Each target of the use case: limit, measured value, met (None when not measured)."""
     verdicts = []
     for name, limit in use_case.targets.items():
+        if name == "speedup_per_core":
+            continue
         if name == "combined_wall_s":
             measures = list(use_case.combined)
             measured = combined_figure["wall_s"] if combined_figure["complete"] else None
@@ -132,13 +131,15 @@ def targets(use_case, results: dict, combined_figure: dict) -> list[dict]:
         if name == "peak_rss_mb":
             verdict["by_measure"] = {m: results[m]["engine"]["peak_rss_mb"] for m in measures}
         verdicts.append(verdict)
-    # the issue's speed target: each measure at least 10x faster per core than the naive reference
-    for m in use_case.measures:
+    # speed target (params `speedup_per_core`): each measure that many times faster per core than
+    # the naive reference; meaningful at the paper's sizes, where per-call fixed costs are amortised
+    minimum = use_case.targets.get("speedup_per_core")
+    for m in use_case.measures if minimum is not None else ():
         speedup = results.get(m, {}).get("comparison", {}).get("speedup", {}).get("per_core")
         engine = results.get(m, {}).get("engine") or {}
-        verdicts.append({"name": f"speedup_per_core_{m}", "target": SPEEDUP_PER_CORE, "unit": "x",
+        verdicts.append({"name": f"speedup_per_core_{m}", "target": minimum, "unit": "x",
                          "comparison": ">=", "measured": speedup,
-                         "met": None if speedup is None else speedup >= SPEEDUP_PER_CORE,
+                         "met": None if speedup is None else speedup >= minimum,
                          "measures": [m], "extrapolated": bool(engine.get("extrapolated"))})
     return verdicts
 
