@@ -10,6 +10,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 
+# The longest files first, so that with two workers (pyproject: -n 2 --dist loadfile) the
+# tiny demo starts at once and the unit tests fill the other core around the other runs.
+SLOWEST_FIRST = ("test_workflow_demo.py", "test_dvc.py", "test_workflow.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))  # stable: order kept within
+
+
 @pytest.fixture
 def root() -> Path:
     return ROOT

@@ -1,5 +1,5 @@
-"""End to end: the workflow on the embedded demo (tiny), on user data laid out as users have it,
-and its refusals of bad input. These run Snakemake as a user would."""
+"""End to end: the workflow on user data laid out as users have it, and its refusals of bad
+input. These run Snakemake as a user would. (The embedded demo: test_workflow_demo.py.)"""
 
 import json
 import shutil
@@ -15,147 +15,6 @@ from workflow_helpers import snakemake, tiny_params, write_params
 
 pytestmark = pytest.mark.workflow
 
-
-@pytest.fixture(scope="module")
-def demo(tmp_path_factory):
-    wd = tmp_path_factory.mktemp("demo")
-    write_params(wd, tiny_params())
-    snakemake(wd)
-    return wd
-
-
-def test_demo_metrics_have_every_measure(demo):
-    metrics = json.loads((demo / "results/metrics/relict.json").read_text())
-    image_feature = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
-    assert set(metrics["ncct_demo"]) == image_feature | {"dice_binary", "asd_binary"}  # one class: no multiclass
-    assert set(metrics["tof_demo"]) == image_feature | {"dice_binary", "dice_multiclass", "asd_binary",
-                                                        "asd_multiclass"}
-    for dataset, n_syn, n_rep in (("ncct_demo", 9, 4), ("tof_demo", 8, 4)):
-        for measure, e in metrics[dataset].items():
-            assert set(e) >= {"threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic",
-                              "balanced_accuracy_ci_low", "balanced_accuracy_ci_high"}, (dataset, measure)
-            assert e["n_synthetic"] == n_syn and e["n_replicas"] == n_rep, (dataset, measure, e)
-            assert e["balanced_accuracy_ci_low"] <= e["balanced_accuracy"] + 1e-9
-    for measure in ("mae", "rmse", "ssim"):  # mild NCCT replicas are easy at image level
-        assert metrics["ncct_demo"][measure]["balanced_accuracy"] >= 0.75, metrics["ncct_demo"][measure]
-    assert "untrained" in metrics["ncct_demo"]["emb_cosine"]["extractor"]
-
-
-def test_tof_segmentation_level_ranks_anatomy_replicas_better_than_image_level(demo):
-    """RELICT's TOF-MRA finding: replicas share vessels, not background."""
-    metrics = json.loads((demo / "results/metrics/relict.json").read_text())["tof_demo"]
-    assert metrics["dice_multiclass"]["auc"] > metrics["rmse"]["auc"], metrics
-    assert metrics["dice_multiclass"]["auc"] == 1.0
-
-
-def test_demo_ranking_finds_the_source_of_mild_replicas(demo):
-    truth = {r["id"]: r for r in read_tsv(demo / "results/synthetic/ncct_demo/synthetic.tsv")}
-    for measure in ("mae", "rmse", "ssim", "emb_rmse"):
-        rows = read_tsv(demo / f"results/relict/ncct_demo/ranking_{measure}.tsv")
-        assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
-        for r in rows:
-            t = truth[r["synthetic_id"]]
-            if t["kind"] == "replica" and float(t["strength"]) <= 1.0:
-                assert r["closest_training_id"] == t["source_id"], (measure, r, t)
-        # the most likely replica is a real (mild) replica
-        assert truth[rows[0]["synthetic_id"]]["kind"] == "replica"
-
-
-def test_demo_registration_qc_and_outputs(demo):
-    qc = read_tsv(demo / "results/preprocessed/ncct_demo/qc.tsv")
-    assert len(qc) == 14  # 7 patients x 2 scans
-    assert all(float(r["correlation_to_template"]) > 0.7 for r in qc), qc
-    for f in ("results/preprocessed/ncct_demo/qc_montage.png", "results/figures/ncct_demo/balanced_accuracy.png",
-              "results/figures/ncct_demo/ratio_distribution.png", "results/plots/relict_sweep/ncct_demo__ssim.tsv",
-              "results/cohort/ncct_demo/manifest.tsv"):
-        assert (demo / f).stat().st_size > 0, f
-    grid = json.loads((demo / "results/preprocessed/ncct_demo/grid.json").read_text())
-    img = nib.load(demo / f"results/preprocessed/ncct_demo/images/{qc[0]['id']}.nii.gz")
-    assert list(img.shape) == grid["shape"] == [44, 52, 44]
-    assert np.allclose(img.affine, grid["affine"])
-
-
-def test_demo_generator_trains_samples_and_is_audited(demo):
-    """The in-workflow latent diffusion model: losses per epoch, samples on the grid,
-    RELICT rankings and the filter of its samples, recall against held-out volumes."""
-    gen = demo / "results/generator/ncct_ldm"
-    assert len(read_tsv(gen / "autoencoder_history.tsv")) == 2 and len(read_tsv(gen / "diffusion_history.tsv")) == 3
-    assert sorted(p.name for p in (gen / "checkpoints").iterdir())[0].startswith("autoencoder-")
-    assert np.load(gen / "latents.npz")["latents"].shape[0] == 8  # 4 training patients x 2 scans
-    grid = json.loads((demo / "results/preprocessed/ncct_demo/grid.json").read_text())
-    samples = sorted((demo / "results/synthetic/ncct_ldm/images").glob("*.nii.gz"))
-    assert [p.name for p in samples] == [f"gen{i:03d}.nii.gz" for i in range(1, 5)]
-    img = nib.load(samples[0])
-    assert list(img.shape) == grid["shape"] and np.isfinite(img.get_fdata()).all()
-    assert len(read_tsv(demo / "results/relict/ncct_ldm/ranking_rmse.tsv")) == 4
-    assert (demo / "results/figures/ncct_ldm/generator_losses.png").stat().st_size > 0
-    filt = json.loads((demo / "results/filter/ncct_ldm/summary.json").read_text())
-    assert filt["thresholds_from"] == "ncct_demo" and filt["n_synthetic"] == 4
-    # recall: every dataset with held-out volumes; the sweep point learns from 2 scans
-    recall = json.loads((demo / "results/metrics/recall.json").read_text())
-    assert set(recall) == {"ncct_demo", "tof_demo", "ncct_ldm", "ncct_ldm_n2"}
-    assert recall["ncct_ldm"]["n_training"] == 8 and recall["ncct_ldm_n2"]["n_training"] == 2
-    assert recall["ncct_demo"]["n_synthetic"] == 9 and 0 < recall["ncct_demo"]["learned_fraction"] <= 1
-    sweep = read_tsv(demo / "results/tables/generator_sweep.tsv")
-    assert [(r["dataset"], r["n_training"]) for r in sweep] == [("ncct_ldm_n2", "2"), ("ncct_ldm", "8")]
-    assert float(sweep[0]["diffusion_train_seconds"]) > 0 and (demo / "results/figures/generator_sweep.png").exists()
-    # the sweep's generators share the swept generator's autoencoder
-    assert not (demo / "results/generator/ncct_ldm_n2/autoencoder.pt").exists()
-    assert len(read_tsv(demo / "results/generator/ncct_ldm_n2/diffusion_history.tsv")) == 3 * 2  # equal steps
-    # the sweep point only computes what the sweep needs
-    assert sorted(p.name for p in (demo / "results/relict/ncct_ldm_n2/measures").iterdir()) == ["rmse.npz"]
-
-
-def test_demo_privacy_filters_in_image_and_latent_space(demo):
-    """Filters trained on ncct_demo's training patients, calibrated on its held-out
-    scans, applied to both synthetic sets audited against that training set."""
-    metrics = json.loads((demo / "results/metrics/privacy.json").read_text())["ncct_demo"]
-    assert set(metrics) == {"image", "latent", "epoch_time_ratio_image_to_latent"}
-    assert metrics["epoch_time_ratio_image_to_latent"] > 0
-    for space in ("image", "latent"):
-        ev = json.loads((demo / f"results/privacy/ncct_demo/{space}/evaluation.json").read_text())
-        assert ev["n_filters"] == 2 and len(ev["tau_per_filter"]) == 2
-        assert ev["n_training_scans"] == 8 and ev["n_heldout_scans"] == 6
-        ver = ev["verification"]  # 3 held-out patients x 2 scans: 3 positive, 12 negative pairs
-        assert ver["n_positive"] == 3 and ver["n_negative"] == 12 and 0 <= ver["auc"] <= 1
-        assert ver["auc_ci"][0] <= ver["auc"] <= ver["auc_ci"][1]
-        assert set(ver["auc_by_head"]) == {"pred", "corr", "l1", "l2"}
-        assert ev["retrieval"]["n_queries"] == 6
-        assert ev["sensitivity"]["heldout_patients"]["n_presented"] == 3
-        assert ev["sensitivity"]["training_patients"]["n_presented"] == 4
-        assert ev["key"].startswith(space)
-        rows = read_tsv(demo / f"results/privacy/ncct_demo/{space}/decisions.tsv")
-        assert [r["dataset"] for r in rows] == ["ncct_demo"] * 9 + ["ncct_ldm"] * 4
-        training_patients = {f"p{i:03d}" for i in range(1, 8)}
-        for r in rows:
-            assert (r["decision"] == "flagged") == (float(r["best_score"]) > ev["tau"])
-            assert r["attributed_patient"] in training_patients and r["match"].startswith(r["attributed_patient"])
-            assert 0 <= int(r["filters_flagging"]) <= 2
-        assert {r["kind"] for r in rows if r["dataset"] == "ncct_demo"} == {"replica", "nonreplica"}
-        nd = ev["synthetic"]["ncct_demo"]["near_duplicates"]
-        assert nd["n_replicas"] == 5 and nd["n_nonreplicas"] == 4
-        assert sum(ev["synthetic"]["ncct_ldm"]["consistency"]["decision_histogram"].values()) == 4
-        figures = demo / f"results/privacy/ncct_demo/{space}/figures"
-        assert {p.name for p in figures.glob("*.png")} == {"training_loss.png", "best_scores.png", "tsne_ncct_demo.png",
-                                                       "tsne_ncct_ldm.png"}
-        # a filter trained in one space is refused in the other
-        from synthaudit.privacy.model import load_network
-        other = "latent" if space == "image" else "image"
-        key = json.loads((demo / f"results/privacy/ncct_demo/{other}/evaluation.json").read_text())["key"]
-        with pytest.raises(ValueError, match=f"trained in {space} space"):
-            load_network(demo / f"results/privacy/ncct_demo/{space}/models/filter0.pt", {"space": other, "key": key})
-    for f in ("roc.png", "consistency.png", "../summary.tsv"):
-        assert (demo / "results/privacy/ncct_demo" / f).stat().st_size > 0
-
-
-def test_demo_rerun_does_nothing_and_report_builds(demo):
-    proc = snakemake(demo, extra=["-n"])
-    assert "Nothing to be done" in proc.stdout + proc.stderr
-    snakemake(demo, extra=["--report", str(demo / "report.html")])
-    assert (demo / "report.html").stat().st_size > 10_000
-
-
-# ---- user data -------------------------------------------------------------
 
 SHAPE = (20, 24, 18)
 AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
@@ -215,6 +74,7 @@ def _user_dataset(tmp_path, layout):
     ds["synthetic"] = {"source": "folder", "folder": str(syn)}
     ds["ratings"] = str(tmp_path / "ratings.tsv")
     p["datasets"] = {"mydata": ds}
+    p["anonymise"]["datasets"] = {}
     p["generator_sweep"]["dataset"] = None
     p["privacy"]["training_sets"] = []
     p["relict"]["n_closest"] = 3
@@ -223,19 +83,21 @@ def _user_dataset(tmp_path, layout):
     return wd, syn
 
 
-@pytest.mark.parametrize("layout", ["manifest", "nnunet"])
+@pytest.mark.parametrize("layout", ["nnunet"])  # the manifest layout runs end to end in the clamp test below
 def test_user_folder_of_registered_nifti(tmp_path, layout):
     wd, _ = _user_dataset(tmp_path, layout)
     p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
     # the all-pairs jobs split into shards (training blocks; synthetic blocks are covered by tests/test_shards.py)
     shards = 2 if layout == "nnunet" else 1
     p["compute"].update(training_shards=shards, synthetic_shards=1)
+    if layout == "manifest":  # the layout is what differs; every level runs on the nnU-Net layout
+        p["relict"]["measures"] = ["mae", "rmse", "emb_rmse"]
     write_params(wd, p)
     snakemake(wd, "relict_all")
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
-    expected = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
+    expected = {"mae", "rmse", "emb_rmse"}
     if layout == "nnunet":
-        expected |= {"dice_binary", "asd_binary"}
+        expected |= {"ssim", "emb_cosine", "dice_binary", "asd_binary"}
     assert set(metrics["mydata"]) == expected
     assert "untrained" in metrics["mydata"]["emb_rmse"]["extractor"]
     for measure in sorted(expected):
@@ -255,7 +117,10 @@ def test_user_folder_of_registered_nifti(tmp_path, layout):
     syn = volumes(gathered["synthetic_ids"], "synthetic/mydata/images")
     train = volumes(gathered["training_ids"], "preprocessed/mydata/images")
     direct = all_pairs_image_measures(syn, train, ["mae"], data_range=1.0)["mae"]
-    np.testing.assert_array_equal(gathered["values"], direct)
+    # Same order and same values. Bitwise equality of sharded and unsharded sums is
+    # tested in one process (tests/test_shards.py); across processes (Snakemake's job vs
+    # this one) CI saw float32-rounding differences (relative 8e-8), so compare at 1e-6.
+    np.testing.assert_allclose(gathered["values"], direct, rtol=1e-6, atol=0)
 
 
 def test_bad_synthetic_volumes_stop_the_run_naming_the_file(tmp_path):
@@ -404,3 +269,28 @@ for f in inp.glob('*_0000.nii.gz'):
         x.name for x in preds.iterdir())
     m = json.loads((wd / "results/metrics/relict.json").read_text())
     assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 1.0
+
+
+def test_anonymisation_refuses_unusable_labels_before_any_job(tmp_path):
+    wd, _ = _user_dataset(tmp_path, "manifest")
+    p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
+    labels = tmp_path / "classes.tsv"
+    p["anonymise"]["datasets"] = {"mydata": {"labels": str(labels), "column": "diagnosis"}}
+    write_params(wd, p)
+    # one training scan without a label
+    labels.write_text("id\tdiagnosis\n" + "".join(f"pat{i}_s{s}\t{'AB'[i % 2]}\n" for i in range(4) for s in range(2)
+                                                  if (i, s) != (1, 0)))
+    proc = snakemake(wd, "anonymise_all", check=False, extra=["-n"])
+    assert proc.returncode != 0
+    assert "anonymise.datasets.mydata: class labels: 1 training volume(s) have no row" in proc.stdout + proc.stderr
+    assert "pat1_s0" in proc.stdout + proc.stderr
+    # complete, but the one held-out patient (pat3) gives the test set a single class, and class B has 2 vectors
+    labels.write_text("id\tdiagnosis\n" + "".join(f"pat{i}_s{s}\t{'AB'[i % 2]}\n" for i in range(4) for s in range(2)))
+    p["anonymise"]["k_same"] = [2, 3]
+    write_params(wd, p)
+    proc = snakemake(wd, "anonymise_all", check=False, extra=["-n"])
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0
+    assert "the held-out (test) scans hold a single class ['B']" in out
+    assert "k-Same with k=3: class(es) {'B': 2} have fewer than 3 training vectors" in out
+    assert not (wd / "results").exists()

@@ -35,19 +35,25 @@ def tiny_params() -> dict:
     tof = p["datasets"]["tof_demo"]
     tof["demo"].update(n_subjects=10, n_heldout_subjects=4)  # RELICT's 128 x 128 x 32 grid: small already
     tof["synthetic"]["spiked"].update(n_replicas=4, n_nonreplicas=4)
+    tof["measures"] = ["rmse", "dice_multiclass", "asd_multiclass"]  # its finding; every level runs on ncct_demo
     p["datasets"].pop("tof_demo_batch2")  # training_from and the filter: tested on a user dataset
+    p["datasets"]["ncct_ldm"]["measures"] = ["rmse"]  # what its filter, recall and sweep read; all levels: ncct_demo
     ldm = p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]  # the generator at seconds-size
     ldm["n_samples"] = 4
     ldm["autoencoder"].update(channels=[8, 8], epochs=2, patch_size=[24, 24, 24])
     ldm["diffusion"].update(channels=[8, 16], epochs=3, num_inference_steps=4, batch_size=4)
     p["generator_sweep"]["n_training"] = [2]  # equal_steps: 4x the epochs on 2 of 8 scans
     p["relict"]["n_closest"] = 4
-    p["relict"]["evaluation"]["bootstrap"]["n"] = 200
+    p["relict"]["evaluation"]["bootstrap"]["n"] = 50
     priv = p["privacy"]  # image (4 mm / 4) and latent filters at seconds-size
     priv["image_downsample"] = 4
     priv["training"].update(epochs=2, patience=2)
     priv["consistency"]["n_filters"] = 2
     priv["verification"]["bootstrap"]["n"] = 100
+    anon = p["anonymise"]  # 4 training patients (1 left, 3 right), 3 held out: k = 2 only
+    anon.update(seeds=[0, 1], k_same=[2], sampling_variances=[1.0])
+    anon["cvae"].update(max_epochs=200)
+    anon["probe"].update(max_epochs=100)
     return p
 
 
@@ -58,6 +64,7 @@ def ncct_only(params: dict) -> dict:
     params["datasets"].pop("ncct_ldm")
     params["generator_sweep"]["dataset"] = None
     params["privacy"]["training_sets"] = []  # tested in the full tiny demo
+    params["anonymise"]["datasets"] = {}
     params["relict"]["review"]["filter_measures"] = ["rmse"]
     return params
 
@@ -80,7 +87,9 @@ def snakemake(workdir: Path, *targets: str, check: bool = True, extra=()) -> sub
     """Run the repository's Snakefile in ``workdir`` (which holds its own params.yaml)."""
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
            "--workflow-profile", str(ROOT / "workflow" / "profiles" / "default"), "--cores", "2",
-           *extra, *targets]
+           # tiny volumes gain nothing from a second thread; one thread per job lets two jobs
+           # run side by side (rules asking for 2 threads otherwise ran alone most of the time)
+           "--max-threads", "1", *extra, *targets]
     proc = subprocess.run(cmd, cwd=workdir, env=env(), capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")

@@ -1,0 +1,176 @@
+"""End to end: the whole workflow on the embedded demo (tiny configuration), run once for
+the module, as a user would run it. (User data and bad input: test_workflow.py.)"""
+
+import json
+
+import nibabel as nib
+import numpy as np
+import pytest
+
+from synthaudit.io import read_tsv
+from workflow_helpers import snakemake, tiny_params, write_params
+
+pytestmark = pytest.mark.workflow
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    wd = tmp_path_factory.mktemp("demo")
+    write_params(wd, tiny_params())
+    snakemake(wd)
+    return wd
+
+
+def test_demo_metrics_have_every_measure(demo):
+    metrics = json.loads((demo / "results/metrics/relict.json").read_text())
+    image_feature = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
+    assert set(metrics["ncct_demo"]) == image_feature | {"dice_binary", "asd_binary"}  # one class: no multiclass
+    assert set(metrics["tof_demo"]) == {"rmse", "dice_multiclass", "asd_multiclass"}  # its finding (tiny_params)
+    for dataset, n_syn, n_rep in (("ncct_demo", 9, 4), ("tof_demo", 8, 4)):
+        for measure, e in metrics[dataset].items():
+            assert set(e) >= {"threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic",
+                              "balanced_accuracy_ci_low", "balanced_accuracy_ci_high"}, (dataset, measure)
+            assert e["n_synthetic"] == n_syn and e["n_replicas"] == n_rep, (dataset, measure, e)
+            assert e["balanced_accuracy_ci_low"] <= e["balanced_accuracy"] + 1e-9
+    for measure in ("mae", "rmse", "ssim"):  # mild NCCT replicas are easy at image level
+        assert metrics["ncct_demo"][measure]["balanced_accuracy"] >= 0.75, metrics["ncct_demo"][measure]
+    assert "untrained" in metrics["ncct_demo"]["emb_cosine"]["extractor"]
+
+
+def test_tof_segmentation_level_ranks_anatomy_replicas_better_than_image_level(demo):
+    """RELICT's TOF-MRA finding: replicas share vessels, not background."""
+    metrics = json.loads((demo / "results/metrics/relict.json").read_text())["tof_demo"]
+    assert metrics["dice_multiclass"]["auc"] > metrics["rmse"]["auc"], metrics
+    assert metrics["dice_multiclass"]["auc"] == 1.0
+
+
+def test_demo_ranking_finds_the_source_of_mild_replicas(demo):
+    truth = {r["id"]: r for r in read_tsv(demo / "results/synthetic/ncct_demo/synthetic.tsv")}
+    for measure in ("mae", "rmse", "ssim", "emb_rmse"):
+        rows = read_tsv(demo / f"results/relict/ncct_demo/ranking_{measure}.tsv")
+        assert [int(r["rank"]) for r in rows] == list(range(1, len(rows) + 1))
+        for r in rows:
+            t = truth[r["synthetic_id"]]
+            if t["kind"] == "replica" and float(t["strength"]) <= 1.0:
+                assert r["closest_training_id"] == t["source_id"], (measure, r, t)
+        # the most likely replica is a real (mild) replica
+        assert truth[rows[0]["synthetic_id"]]["kind"] == "replica"
+
+
+def test_demo_registration_qc_and_outputs(demo):
+    qc = read_tsv(demo / "results/preprocessed/ncct_demo/qc.tsv")
+    assert len(qc) == 14  # 7 patients x 2 scans
+    assert all(float(r["correlation_to_template"]) > 0.7 for r in qc), qc
+    for f in ("results/preprocessed/ncct_demo/qc_montage.png", "results/figures/ncct_demo/balanced_accuracy.png",
+              "results/figures/ncct_demo/ratio_distribution.png", "results/plots/relict_sweep/ncct_demo__ssim.tsv",
+              "results/cohort/ncct_demo/manifest.tsv"):
+        assert (demo / f).stat().st_size > 0, f
+    grid = json.loads((demo / "results/preprocessed/ncct_demo/grid.json").read_text())
+    img = nib.load(demo / f"results/preprocessed/ncct_demo/images/{qc[0]['id']}.nii.gz")
+    assert list(img.shape) == grid["shape"] == [44, 52, 44]
+    assert np.allclose(img.affine, grid["affine"])
+
+
+def test_demo_generator_trains_samples_and_is_audited(demo):
+    """The in-workflow latent diffusion model: losses per epoch, samples on the grid,
+    RELICT rankings and the filter of its samples, recall against held-out volumes."""
+    gen = demo / "results/generator/ncct_ldm"
+    assert len(read_tsv(gen / "autoencoder_history.tsv")) == 2 and len(read_tsv(gen / "diffusion_history.tsv")) == 3
+    assert sorted(p.name for p in (gen / "checkpoints").iterdir())[0].startswith("autoencoder-")
+    assert np.load(gen / "latents.npz")["latents"].shape[0] == 8  # 4 training patients x 2 scans
+    grid = json.loads((demo / "results/preprocessed/ncct_demo/grid.json").read_text())
+    samples = sorted((demo / "results/synthetic/ncct_ldm/images").glob("*.nii.gz"))
+    assert [p.name for p in samples] == [f"gen{i:03d}.nii.gz" for i in range(1, 5)]
+    img = nib.load(samples[0])
+    assert list(img.shape) == grid["shape"] and np.isfinite(img.get_fdata()).all()
+    assert len(read_tsv(demo / "results/relict/ncct_ldm/ranking_rmse.tsv")) == 4
+    assert (demo / "results/figures/ncct_ldm/generator_losses.png").stat().st_size > 0
+    filt = json.loads((demo / "results/filter/ncct_ldm/summary.json").read_text())
+    assert filt["thresholds_from"] == "ncct_demo" and filt["n_synthetic"] == 4
+    # recall: every dataset with held-out volumes; the sweep point learns from 2 scans
+    recall = json.loads((demo / "results/metrics/recall.json").read_text())
+    assert set(recall) == {"ncct_demo", "tof_demo", "ncct_ldm", "ncct_ldm_n2"}
+    assert recall["ncct_ldm"]["n_training"] == 8 and recall["ncct_ldm_n2"]["n_training"] == 2
+    assert recall["ncct_demo"]["n_synthetic"] == 9 and 0 < recall["ncct_demo"]["learned_fraction"] <= 1
+    sweep = read_tsv(demo / "results/tables/generator_sweep.tsv")
+    assert [(r["dataset"], r["n_training"]) for r in sweep] == [("ncct_ldm_n2", "2"), ("ncct_ldm", "8")]
+    assert float(sweep[0]["diffusion_train_seconds"]) > 0 and (demo / "results/figures/generator_sweep.png").exists()
+    # the sweep's generators share the swept generator's autoencoder
+    assert not (demo / "results/generator/ncct_ldm_n2/autoencoder.pt").exists()
+    assert len(read_tsv(demo / "results/generator/ncct_ldm_n2/diffusion_history.tsv")) == 3 * 2  # equal steps
+    # the sweep point only computes what the sweep needs
+    assert sorted(p.name for p in (demo / "results/relict/ncct_ldm_n2/measures").iterdir()) == ["rmse.npz"]
+
+
+def test_demo_privacy_filters_in_image_and_latent_space(demo):
+    """Filters trained on ncct_demo's training patients, calibrated on its held-out
+    scans, applied to both synthetic sets audited against that training set."""
+    metrics = json.loads((demo / "results/metrics/privacy.json").read_text())["ncct_demo"]
+    assert set(metrics) == {"image", "latent", "epoch_time_ratio_image_to_latent"}
+    assert metrics["epoch_time_ratio_image_to_latent"] > 0
+    for space in ("image", "latent"):
+        ev = json.loads((demo / f"results/privacy/ncct_demo/{space}/evaluation.json").read_text())
+        assert ev["n_filters"] == 2 and len(ev["tau_per_filter"]) == 2
+        assert ev["n_training_scans"] == 8 and ev["n_heldout_scans"] == 6
+        ver = ev["verification"]  # 3 held-out patients x 2 scans: 3 positive, 12 negative pairs
+        assert ver["n_positive"] == 3 and ver["n_negative"] == 12 and 0 <= ver["auc"] <= 1
+        assert ver["auc_ci"][0] <= ver["auc"] <= ver["auc_ci"][1]
+        assert set(ver["auc_by_head"]) == {"pred", "corr", "l1", "l2"}
+        assert ev["retrieval"]["n_queries"] == 6
+        assert ev["sensitivity"]["heldout_patients"]["n_presented"] == 3
+        assert ev["sensitivity"]["training_patients"]["n_presented"] == 4
+        assert ev["key"].startswith(space)
+        rows = read_tsv(demo / f"results/privacy/ncct_demo/{space}/decisions.tsv")
+        assert [r["dataset"] for r in rows] == ["ncct_demo"] * 9 + ["ncct_ldm"] * 4
+        training_patients = {f"p{i:03d}" for i in range(1, 8)}
+        for r in rows:
+            assert (r["decision"] == "flagged") == (float(r["best_score"]) > ev["tau"])
+            assert r["attributed_patient"] in training_patients and r["match"].startswith(r["attributed_patient"])
+            assert 0 <= int(r["filters_flagging"]) <= 2
+        assert {r["kind"] for r in rows if r["dataset"] == "ncct_demo"} == {"replica", "nonreplica"}
+        nd = ev["synthetic"]["ncct_demo"]["near_duplicates"]
+        assert nd["n_replicas"] == 5 and nd["n_nonreplicas"] == 4
+        assert sum(ev["synthetic"]["ncct_ldm"]["consistency"]["decision_histogram"].values()) == 4
+        figures = demo / f"results/privacy/ncct_demo/{space}/figures"
+        assert {p.name for p in figures.glob("*.png")} == {"training_loss.png", "best_scores.png", "tsne_ncct_demo.png",
+                                                       "tsne_ncct_ldm.png"}
+        # a filter trained in one space is refused in the other
+        from synthaudit.privacy.model import load_network
+        other = "latent" if space == "image" else "image"
+        key = json.loads((demo / f"results/privacy/ncct_demo/{other}/evaluation.json").read_text())["key"]
+        with pytest.raises(ValueError, match=f"trained in {space} space"):
+            load_network(demo / f"results/privacy/ncct_demo/{space}/models/filter0.pt", {"space": other, "key": key})
+    for f in ("roc.png", "consistency.png", "../summary.tsv"):
+        assert (demo / "results/privacy/ncct_demo" / f).stat().st_size > 0
+
+
+def test_demo_anonymisation_writes_table_metrics_figures_and_a_shareable_decoder(demo):
+    from synthaudit.anonymise.cvae import anonymise, load_decoder
+
+    summary = json.loads((demo / "results/anonymise/ncct_demo/summary.json").read_text())
+    assert summary["classes"] == ["left", "right"] and summary["n_training"] == 8 and summary["n_test"] == 6
+    methods = [m["method"] for m in summary["methods"]]
+    assert methods == ["original", "2-Same", "CVAE offline var 1", "CVAE online var 1"]
+    metrics = json.loads((demo / "results/metrics/anonymise.json").read_text())["ncct_demo"]
+    assert metrics["original"]["D"] == 0 and metrics["original"]["flag_rate"] == 1.0
+    assert metrics["2-Same"]["D"] > 0 and metrics["CVAE offline var 1"]["D"] > 0
+    table = read_tsv(demo / "results/anonymise/ncct_demo/table.tsv")
+    assert [r["method"] for r in table] == methods and all(r["n_seeds"] == "2" for r in table)
+    assert len(read_tsv(demo / "results/anonymise/ncct_demo/runs.tsv")) == 2 * len(methods)
+    for fig in ("auc_vs_D.png", "tsne.png"):
+        assert (demo / "results/anonymise/ncct_demo" / fig).stat().st_size > 10_000
+    decoder, meta = load_decoder(demo / "results/anonymise/ncct_demo/decoder.pt")
+    vectors, labels = anonymise(decoder, np.array(meta["class_counts"]), 5, 1.0, seed=0)
+    assert vectors.shape == (5, meta["scale"]["projection_dim"]) and set(labels) <= {0, 1}
+    classes = read_tsv(demo / "results/anonymise/ncct_demo/classes.tsv")
+    assert {r["haemorrhage_side"] for r in classes} == {"left", "right"} and len(classes) == 14
+
+
+def test_demo_rerun_does_nothing_and_report_builds(demo):
+    proc = snakemake(demo, extra=["-n"])
+    assert "Nothing to be done" in proc.stdout + proc.stderr
+    snakemake(demo, extra=["--report", str(demo / "report.html")])
+    assert (demo / "report.html").stat().st_size > 10_000
+
+
+# ---- user data -------------------------------------------------------------
