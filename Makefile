@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 
-.PHONY: demo test install lint report privacy dvc-repro clean bench bench-quick
+.PHONY: demo test install lint report privacy anonymise dvc-repro clean bench bench-quick
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,6 +27,10 @@ test: $(STAMP)
 
 privacy: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) privacy_all
+
+# CVAE feature-space anonymisation against k-Same on the demo's embeddings (README, "Anonymisation")
+anonymise: $(STAMP)
+	$(BIN)/snakemake $(PROFILE) anonymise_all
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint

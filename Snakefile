@@ -34,6 +34,7 @@ include: "workflow/rules/recall.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/review.smk"
 include: "workflow/rules/privacy.smk"
+include: "workflow/rules/anonymise.smk"
 
 
 rule all:
@@ -50,3 +51,4 @@ rule all:
         rules.review_all.input,
         rules.filter_all.input,
         rules.privacy_all.input,
+        rules.anonymise_all.input,

@@ -385,6 +385,9 @@ UNET_DATASETS = [d for d in SEG_DATASETS if config["datasets"][d]["segmentation"
 # Re-identification privacy filters (privacy.smk): the training sets that get filters,
 # their input spaces and the synthetic sets each filters.
 PRIVACY = config.get("privacy") or {}
+# Feature-space anonymisation (anonymise.smk): datasets whose embeddings are anonymised
+ANON = config.get("anonymise") or {"datasets": {}}
+ANON_DATASETS = list(ANON["datasets"])
 PRIVACY_SETS = list(PRIVACY.get("training_sets") or [])
 PRIVACY_AE = PRIVACY.get("latent_autoencoder")
 
@@ -428,3 +431,30 @@ def privacy_truth(owner):
             out[d] = {r["id"]: {"kind": "replica" if r["kind"] == "replica" else "nonreplica",
                                 "source_patient": plan_.scan(r["source_id"]).patient_id} for r in PLANS[d].spiked}
     return out
+
+
+def anonymise_labels(wildcards):
+    """The class-label table: the user's file, or the demo's own (from the simulation truth)."""
+    given = ANON["datasets"][wildcards.dataset]["labels"]
+    return given if given else f"results/anonymise/{wildcards.dataset}/classes.tsv"
+
+
+def _check_user_labels():
+    """User labels exist before any job: refuse bad ones now, not after the embeddings."""
+    from synthaudit.anonymise.data import LabelError, label_problems, read_labels
+
+    for dataset, spec in ANON["datasets"].items():
+        if not spec["labels"]:
+            continue  # the demo's own table, checked when it exists
+        where = f"anonymise.datasets.{dataset}"
+        try:
+            train, _ = read_labels(spec["labels"], spec["column"], [s.id for s in PLANS[dataset].train], "training")
+            test, _ = read_labels(spec["labels"], spec["column"], [s.id for s in PLANS[dataset].heldout], "held-out")
+        except LabelError as e:
+            raise WorkflowError(f"{where}: {e}") from None
+        problems = label_problems(train, test, ANON["k_same"])
+        if problems:
+            raise WorkflowError(f"{where} ({spec['labels']}, column {spec['column']!r}):\n  - " + "\n  - ".join(problems))
+
+
+_check_user_labels()

@@ -27,3 +27,5 @@ rule features_all:
     input:
         [f"results/relict/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic")
          if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d]) and (s == "synthetic" or d in OWN_TRAINING)],
+        # the anonymisation stage's real test set: held-out patients' embeddings
+        [f"results/relict/features/{d}/{s}.npz" for d in ANON_DATASETS for s in ("train", "heldout")],

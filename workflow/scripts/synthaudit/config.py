@@ -254,6 +254,30 @@ def _cross_field_problems(params: dict) -> list[str]:
     if rec not in params["relict"]["measures"]:
         out.append(f"relict.recall.measure: {rec!r} is not in relict.measures")
     out.extend(_privacy_problems(params))
+    out.extend(_anonymise_problems(params))
+    return out
+
+
+def _anonymise_problems(params: dict) -> list[str]:
+    """The anonymisation stage needs a dataset's own training set, held-out patients
+    (the real test set) and labels (only the demo datasets have their own)."""
+    anon = params.get("anonymise")
+    if not anon:
+        return []
+    datasets = params["datasets"]
+    out = []
+    for name, spec in anon["datasets"].items():
+        where = f"anonymise.datasets.{name}"
+        if name not in datasets:
+            out.append(f"{where}: {name!r} is not a dataset (known: {sorted(datasets)})")
+            continue
+        ds = datasets[name]
+        if ds.get("training_from"):
+            out.append(f"{where}: {name!r} takes its training set from {ds['training_from']!r}; "
+                       "name that dataset (the embeddings anonymised are a training set's)")
+        elif spec["labels"] is None and ds["source"] != "demo_ncct":
+            out.append(f"{where}.labels: only the NCCT demo has class labels of its own; give a TSV with an "
+                       f"`id` column and a {spec['column']!r} column (a manifest works)")
     return out
 
 

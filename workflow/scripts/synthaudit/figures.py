@@ -20,10 +20,14 @@ from .relict.levels import MEASURES as _MEASURES  # noqa: E402
 MEASURE_LABELS = {name: m.label for name, m in _MEASURES.items()}
 
 
-def _save(fig, path) -> None:
+def save_figure(fig, path) -> None:
+    """Write a figure as PNG atomically (a failed run leaves no half-written image) and close it."""
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, dpi=120, bbox_inches="tight")
+        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
     plt.close(fig)
+
+
+_save = save_figure
 
 
 def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[str, dict], title: str,

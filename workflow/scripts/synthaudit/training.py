@@ -31,3 +31,25 @@ def save_checkpoint(path: str | Path, model, optimiser, history: list[dict], con
     with atomic_path(path) as tmp:
         torch.save({"model": model.state_dict(), "optimizer": optimiser.state_dict(), "epoch": len(history),
                     "history": history, "config": config}, tmp)
+
+
+class EarlyStopping:
+    """Keep the weights of the best validation loss; say when ``patience`` epochs brought none better."""
+
+    def __init__(self, model: torch.nn.Module, patience: int):
+        self.model, self.patience = model, int(patience)
+        self.best, self.best_epoch, self.since, self._state = float("inf"), 0, 0, None
+
+    def step(self, val_loss: float, epoch: int) -> bool:
+        """Record one epoch's validation loss; True when training should stop."""
+        if val_loss < self.best - 1e-9:
+            self.best, self.best_epoch, self.since = val_loss, epoch, 0
+            self._state = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+            return False
+        self.since += 1
+        return self.since >= self.patience
+
+    def restore(self) -> None:
+        """Load the best weights back into the model."""
+        if self._state is not None:
+            self.model.load_state_dict(self._state)

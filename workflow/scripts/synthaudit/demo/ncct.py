@@ -71,6 +71,23 @@ def cohort_table(cfg: dict) -> list[dict]:
     return rows
 
 
+def class_table(truths: list[dict]) -> list[dict]:
+    """Clinical classes of every scan, from the simulation truth of each patient.
+
+    ``haemorrhage_side``: ``left`` or ``right`` by the lesion centre in MNI space (RAS:
+    negative x is the patient's left), one class per patient; ``haemorrhage_volume_ml``:
+    the scan's lesion volume (it grows at follow-up), for users who prefer size classes.
+    """
+    rows = []
+    for truth in truths:
+        side = "left" if truth["lesion"]["centre_atlas_mm"][0] < 0 else "right"
+        for session, suffix in SESSIONS.items():
+            rows.append({"id": f"{truth['patient_id']}_{suffix}", "patient_id": truth["patient_id"],
+                         "haemorrhage_side": side,
+                         "haemorrhage_volume_ml": round(float(truth["scans"][session]["lesion_volume_ml"]), 3)})
+    return rows
+
+
 def simulate_patient(cfg: dict, patient_id: str, out: dict[str, str]) -> dict:
     """Simulate one patient's baseline and follow-up scans and write them as NIfTI.
 

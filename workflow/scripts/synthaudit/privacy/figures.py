@@ -15,15 +15,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from ..io import atomic_path  # noqa: E402
+from ..figures import save_figure  # noqa: E402
 
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f"]
 
 
-def _save(fig, path) -> None:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
+_save = save_figure
 
 
 def roc_figure(path, curves: dict[str, tuple[np.ndarray, np.ndarray, float]], title: str) -> None:
