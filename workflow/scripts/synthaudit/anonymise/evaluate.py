@@ -212,9 +212,6 @@ def online(decoder: Decoder, variance: float, seed: int, class_counts: np.ndarra
         log.info("%s seed %d: AUC %.3f", row["method"], seed, row["auc"])
 
 
-SUMMARY_FIELDS = ("D", "auc", "replica_rate", "flag_rate", "median_ratio", "flagged_patients")
-
-
 def summarise(rows: Sequence[dict], sigmas: Sequence[float]) -> list[dict]:
     """Mean and SD over seeds per method, in the order methods first appear."""
     fields = ["D", "auc", *[f"auc_noise_{s:g}" for s in sigmas], "replica_rate", "flag_rate", "flagged_patients",
