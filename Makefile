@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 
-.PHONY: demo test install lint report privacy anonymise dvc-repro clean bench bench-quick
+.PHONY: demo test install lint report privacy anonymise augmentation dvc-repro clean bench bench-quick
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -32,6 +32,10 @@ privacy: $(STAMP)
 anonymise: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) anonymise_all
 
+# replicas under augmentation: plain vs alignment-aware measures per replica kind (README item 17)
+augmentation: $(STAMP)
+	$(BIN)/snakemake $(PROFILE) augmentation_all
+
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
@@ -42,9 +46,11 @@ report: $(STAMP)
 # bench at RELICT's sizes (NCCT 50 x 774, TOF 50 x 1,782), bench-quick in a few minutes.
 bench: $(STAMP)
 	$(BIN)/python -m synthaudit.bench --scale ncct tof
+	$(BIN)/python -m synthaudit.bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m synthaudit.bench --scale quick
+	$(BIN)/python -m synthaudit.bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
 
 clean:
 	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \

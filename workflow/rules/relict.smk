@@ -104,6 +104,35 @@ rule relict_gather:
         "../scripts/relict_gather.py"
 
 
+rule relict_align:
+    input:
+        synthetic=lambda wc: synthetic_images(wc.dataset),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        plain=lambda wc: [f"results/relict/{wc.dataset}/measures/{m}.npz" for m in ALIGN["measures"]],
+        grid=grid_json,
+    output:
+        measures=[f"results/relict/{{dataset}}/measures/{m}.npz" for m in ALIGNED_MEASURES],
+        table="results/relict/{dataset}/alignment.tsv",
+    log:
+        "logs/relict_align/{dataset}.log",
+    benchmark:
+        "benchmarks/relict_align/{dataset}.tsv"
+    params:
+        alignment=ALIGN,
+        measures=ALIGN["measures"],
+        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+    threads: 2
+    resources:
+        mem_mb=8000,
+    wildcard_constraints:
+        dataset=_alternatives(ALIGNED_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_align.py"
+
+
 rule relict_ratio:
     input:
         "results/relict/{dataset}/measures/{measure}.npz",
@@ -177,6 +206,7 @@ rule relict_metrics:
         # one embedding file names the extractor (datasets without a feature measure need none)
         features=[f"results/relict/features/{d}/synthetic.npz" for d in DATASETS
                   if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d])][:1],
+        augmentation=[f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],
     output:
         "results/metrics/relict.json",
     log:
@@ -184,6 +214,7 @@ rule relict_metrics:
     params:
         datasets=DATASETS,
         rated=RATED_DATASETS,
+        augmented=AUGMENTED_DATASETS,
         measures=MEASURES_BY_DS,
         n_closest=config["relict"]["n_closest"],
     threads: 1
@@ -198,3 +229,35 @@ rule relict_metrics:
 rule relict_all:
     input:
         "results/metrics/relict.json",
+
+
+rule relict_augmentation:
+    input:
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
+        summaries=lambda wc: [f"results/relict/{wc.dataset}/evaluation/{m}.json" for m in MEASURES_BY_DS[wc.dataset]],
+        ratings=lambda wc: ratings_file(wc.dataset),
+    output:
+        table="results/relict/{dataset}/augmentation.tsv",
+        summary="results/relict/{dataset}/augmentation.json",
+        figure="results/relict/{dataset}/augmentation.png",
+    log:
+        "logs/relict_augmentation/{dataset}.log",
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+        spiked=lambda wc: plan(wc).spiked,
+        patient_of=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].scans},
+        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives(AUGMENTED_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_augmentation.py"
+
+
+rule augmentation_all:
+    input:
+        [f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],

@@ -2,7 +2,7 @@
 
 import torch
 
-from synthaudit.features import get_extractor
+from synthaudit.features import FlipPooled, get_extractor
 from synthaudit.features.compare import save_embeddings
 from synthaudit.io import load_volume
 from synthaudit.logs import Progress, logged
@@ -14,6 +14,8 @@ with logged(snakemake.log[0]) as log:
     if cfg["weights"]:
         options["weights"] = cfg["weights"]
     extractor = get_extractor(cfg["extractor"], **options)
+    if cfg.get("tta_flip_axes"):  # replicas under augmentation: flip-invariant embeddings
+        extractor = FlipPooled(extractor, cfg["tta_flip_axes"])
     log.info("extractor: %s", extractor.label)
     progress = Progress(log, f"embedding {snakemake.wildcards.split} volumes", len(snakemake.input.images))
 

@@ -13,6 +13,8 @@ KEYS = ("threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "
 with logged(snakemake.log[0]) as log:
     evaluations = {d: json.loads(open(p).read()) for d, p in zip(snakemake.params.rated, snakemake.input.evaluations)}
     rankings = iter(snakemake.input.rankings)
+    augmentation = {d: json.loads(open(p).read())
+                    for d, p in zip(snakemake.params.augmented, snakemake.input.augmentation)}
     extractor = load_embeddings(snakemake.input.features[0])[2]["label"] if snakemake.input.features else None
     metrics = {}
     for d in snakemake.params.datasets:
@@ -31,6 +33,10 @@ with logged(snakemake.log[0]) as log:
                     if ci.get(k) is not None:
                         e[f"{k}_ci_low"], e[f"{k}_ci_high"] = ci[k]
             entry[m] = e
+        if d in augmentation:  # detection per replica kind (plain and each augmentation)
+            for m, kinds in augmentation[d].items():
+                for kind, values in kinds.items():
+                    entry[m][f"by_kind_{kind}"] = values
         metrics[d] = entry
     write_json(snakemake.output[0], metrics)
     log.info("metrics for %d dataset(s): %s", len(metrics), snakemake.output[0])

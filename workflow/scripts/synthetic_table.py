@@ -7,6 +7,8 @@ with logged(snakemake.log[0]) as log:
     if snakemake.params.spiked:
         rows = [dict(r, image=p) for r, p in zip(snakemake.params.spiked, snakemake.input.images)]
         cols = ["id", "kind", "source_id", "strength", "likert", "image"]
+        if "augmentation" in snakemake.params.spiked[0]:
+            cols.insert(4, "augmentation")
     else:
         rows = [{"id": i, "kind": snakemake.params.source, "image": p}
                 for i, p in zip(snakemake.params.ids, snakemake.input.images)]

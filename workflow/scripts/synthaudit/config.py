@@ -216,6 +216,9 @@ def _cross_field_problems(params: dict) -> list[str]:
             if ds["source"] != "demo_tof" and "perturbation" not in syn["spiked"]:
                 out.append(f"{where}.synthetic.spiked: 'perturbation' is required (only the TOF demo "
                            "builds replicas without it)")
+            if ds["source"] == "demo_tof" and syn["spiked"].get("augmented"):
+                out.append(f"{where}.synthetic.spiked.augmented: the TOF demo draws its replicas itself; "
+                           "augmented replicas are built from perturbed training scans (other sources)")
         if ds["source"] == "demo_tof" and syn["source"] == "spiked" and ds["preprocess"]["register"]:
             out.append(f"{where}.preprocess.register: the TOF demo is drawn on its grid; set it to false")
         seg = ds.get("segmentation")
@@ -255,6 +258,31 @@ def _cross_field_problems(params: dict) -> list[str]:
         out.append(f"relict.recall.measure: {rec!r} is not in relict.measures")
     out.extend(_privacy_problems(params))
     out.extend(_anonymise_problems(params))
+    out.extend(_alignment_problems(params))
+    return out
+
+
+def _alignment_problems(params: dict) -> list[str]:
+    """Aligned variants need the plain measure on the same dataset, and fewer candidates
+    than n_closest would leave part of the ratio's denominator unaligned."""
+    cfg = params["relict"].get("alignment")
+    if not cfg:
+        return []
+    out = []
+    for name in cfg["datasets"]:
+        ds = params["datasets"].get(name)
+        if ds is None:
+            out.append(f"relict.alignment.datasets: {name!r} is not a dataset (known: {sorted(params['datasets'])})")
+            continue
+        chosen = ds.get("measures") or params["relict"]["measures"]
+        missing = [m for m in cfg["measures"] if m not in chosen]
+        if missing:
+            out.append(f"relict.alignment.measures: {missing} are not measured on dataset {name!r} "
+                       "(its measures or relict.measures); the aligned variant starts from the plain one")
+    if cfg["datasets"] and cfg["candidates"] < params["relict"]["n_closest"]:
+        out.append(f"relict.alignment.candidates: {cfg['candidates']} is below relict.n_closest "
+                   f"({params['relict']['n_closest']}): the distance ratio would mix aligned and plain distances; "
+                   "use at least n_closest")
     return out
 
 

@@ -215,7 +215,9 @@ def spiked_plan(cfg: dict, train_ids: list[str], heldout_ids: list[str]) -> list
     """Which synthetic volume is made from which real scan, at which strength.
 
     Replicas: training scans (without replacement) perturbed at the graded levels,
-    cycled in order; non-replicas: held-out scans. Ids are shuffled so that the id
+    cycled in order; non-replicas: held-out scans; with ``augmented``, further replicas
+    of other training scans that also went through a training-time augmentation (their
+    ``augmentation`` names it; ``none`` for the rest). Ids are shuffled so that the id
     order says nothing about the truth. Pure and deterministic (seed from params).
     """
     n_rep, n_non = cfg["n_replicas"], cfg["n_nonreplicas"]
@@ -230,6 +232,12 @@ def spiked_plan(cfg: dict, train_ids: list[str], heldout_ids: list[str]) -> list
         )
     if n_rep + n_non == 0:
         raise SourceError("synthetic.spiked: n_replicas + n_nonreplicas must be > 0")
+    aug = cfg.get("augmented")
+    n_aug = aug["n_per_kind"] * len(aug["kinds"]) if aug else 0
+    if n_rep + n_aug > len(train_ids):
+        raise SourceError(
+            f"synthetic.spiked: n_replicas={n_rep} plus {n_aug} augmented replicas exceed the "
+            f"{len(train_ids)} training scans (each replica has its own source scan)")
     rng = np.random.default_rng(cfg["seed"])
     sources = [str(x) for x in rng.choice(sorted(train_ids), size=n_rep, replace=False)]
     levels = cfg["levels"]
@@ -240,6 +248,17 @@ def spiked_plan(cfg: dict, train_ids: list[str], heldout_ids: list[str]) -> list
     ]
     held = [str(x) for x in rng.choice(sorted(heldout_ids), size=n_non, replace=False)]
     items += [{"kind": "heldout", "source_id": h, "strength": 0.0, "likert": 1} for h in held]
+    if aug:  # drawn after the rest, so adding them leaves the other volumes' plan unchanged
+        for it in items:
+            it["augmentation"] = "none"
+        rest = sorted(set(train_ids) - set(sources))
+        picked = [str(x) for x in rng.choice(rest, size=n_aug, replace=False)]
+        for i, src in enumerate(picked):
+            items.append({"kind": "replica", "source_id": src, "strength": float(aug["strength"]),
+                          "likert": int(aug["likert"]), "augmentation": aug["kinds"][i // aug["n_per_kind"]],
+                          # the row describes its volume fully (synthaudit.synthetic.spiked.augment)
+                          "flip_axis": int(aug["flip_axis"]), "shift_mm": float(aug["shift_mm"]),
+                          "rotation_deg": float(aug["rotation_deg"])})
     order = rng.permutation(len(items))
     width = max(3, len(str(len(items))))
     return [dict(id=f"syn{k:0{width}d}", **items[j]) for k, j in enumerate(order)]

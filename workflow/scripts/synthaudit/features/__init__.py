@@ -330,3 +330,35 @@ def check_state_dict(path: str | Path, expected: Mapping[str, tuple[int, ...]],
 def _first(items: list[str], n: int = 5) -> str:
     shown = ", ".join(items[:n])
     return shown + (f", ... ({len(items) - n} more)" if len(items) > n else "")
+
+
+class FlipPooled(Extractor):
+    """Test-time augmentation: the mean embedding over every flip of the given axes.
+
+    Why: a generator trained with flips can emit a mirrored patient; a CNN embedding of the
+    mirror differs from the original's, so the feature level misses it. The mean over the
+    flip group's orbit is exactly invariant to those flips (replicas under augmentation,
+    relict.features.tta_flip_axes). Costs one forward pass per group element.
+    """
+
+    def __init__(self, inner: Extractor, axes: Iterable[int]):
+        import itertools
+
+        self.inner = inner
+        self.axes = tuple(sorted(set(int(a) for a in axes)))
+        if not self.axes or any(a not in (0, 1, 2) for a in self.axes):
+            raise ValueError(f"flip axes must be a non-empty subset of 0, 1, 2; got {list(axes)}")
+        self.group = [c for r in range(len(self.axes) + 1) for c in itertools.combinations(self.axes, r)]
+        self.name, self.dim, self.trained = inner.name, inner.dim, inner.trained
+        self.seed, self.weights, self.weights_sha256 = inner.seed, inner.weights, inner.weights_sha256
+        self.label = f"{inner.label}, mean over flips of axes {''.join(map(str, self.axes))}"
+
+    def options(self) -> dict[str, Any]:
+        return {**self.inner.options(), "tta_flip_axes": list(self.axes)}
+
+    def embed_batch(self, volumes: np.ndarray) -> np.ndarray:
+        total = np.zeros((len(volumes), self.dim), np.float64)
+        for flips in self.group:
+            batch = np.ascontiguousarray(np.flip(volumes, axis=tuple(a + 1 for a in flips))) if flips else volumes
+            total += np.asarray(self.inner.embed_batch(batch), np.float64)
+        return (total / len(self.group)).astype(np.float32)

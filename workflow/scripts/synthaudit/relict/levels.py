@@ -28,6 +28,10 @@ MEASURES: dict[str, Measure] = {m.name: m for m in (
     Measure("mae", "image", "MAE", False, True),
     Measure("rmse", "image", "RMSE", False, True),
     Measure("ssim", "image", "SSIM", True, True),
+    # alignment-aware variants (relict.alignment): the plain measure after the best
+    # transform of the augmentation group, per candidate pair (synthaudit.relict.alignment)
+    Measure("mae_aligned", "image", "MAE (aligned)", False, True),
+    Measure("rmse_aligned", "image", "RMSE (aligned)", False, True),
     Measure("emb_rmse", "feature", "Embedding RMSE", False, True),
     Measure("emb_cosine", "feature", "Embedding cosine", True, True),
     Measure("dice_binary", "segmentation", "Dice (binary)", True, False),

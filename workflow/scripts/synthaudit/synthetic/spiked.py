@@ -64,3 +64,41 @@ def perturb(volume: np.ndarray, label: np.ndarray | None, affine: np.ndarray, st
     out = out * np.float32(scale) + np.float32(shift)
     out += rng.normal(0.0, strength * cfg["noise_sigma"], size=out.shape).astype(np.float32)
     return out, lab
+
+
+def augment(volume: np.ndarray, label: np.ndarray | None, affine: np.ndarray, augmentation: str, cfg: dict,
+            rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray | None, str]:
+    """A training-time augmentation of a replica, as a generator trained with it could emit.
+
+    ``flip``: mirrored along ``cfg["flip_axis"]``; ``shift``: translated by
+    ``cfg["shift_mm"]`` in a random direction; ``rotate``: rotated by +-``cfg["rotation_deg"]``
+    about a random axis through the grid centre. Zero outside the grid (MONAI's and
+    torchvision's default padding); the label map follows with nearest-neighbour
+    interpolation. Returns the volume, the label and a description of what was done.
+    """
+    from ..relict.alignment import rotate  # the alignment search's own rotation convention
+
+    spacing = spacing_from_affine(affine)
+    lab = None if label is None else label
+    if augmentation == "none":
+        return volume, lab, "none"
+    if augmentation == "flip":
+        ax = int(cfg["flip_axis"])
+        out = np.ascontiguousarray(np.flip(volume, axis=ax))
+        lab = None if lab is None else np.ascontiguousarray(np.flip(lab, axis=ax))
+        return out, lab, f"flip axis {ax}"
+    if augmentation == "shift":
+        direction = rng.standard_normal(3)
+        direction /= np.linalg.norm(direction)
+        mm = direction * float(cfg["shift_mm"])
+        vox = mm / np.asarray(spacing, float)
+        out = ndimage.shift(volume, vox, order=1, mode="constant", cval=0.0).astype(np.float32)
+        lab = None if lab is None else ndimage.shift(lab, vox, order=0, mode="constant", cval=0).astype(label.dtype)
+        return out, lab, "shift (" + ", ".join(f"{m:.1f}" for m in mm) + ") mm"
+    if augmentation == "rotate":
+        ax = int(rng.integers(3))
+        angle = float(cfg["rotation_deg"]) * (1 if rng.random() < 0.5 else -1)
+        out = rotate(np.asarray(volume, np.float32), ax, angle, spacing).astype(np.float32)
+        lab = None if lab is None else rotate(lab, ax, angle, spacing, order=0).astype(label.dtype)
+        return out, lab, f"rotation {angle:+.1f} deg about axis {ax}"
+    raise ValueError(f"unknown augmentation {augmentation!r}; known: none, flip, shift, rotate")

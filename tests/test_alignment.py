@@ -1,0 +1,184 @@
+"""Replicas under augmentation: the alignment search, augmented spiked replicas, per-kind evaluation."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+from scipy import ndimage
+
+from synthaudit.config import ParamsError, load_params, validate_params
+from synthaudit.relict import alignment as al
+from synthaudit.relict.augmented import per_kind
+from synthaudit.sources import spiked_plan
+from synthaudit.synthetic.spiked import augment
+
+SP = (2.0, 2.0, 2.0)
+SPACE = al.SearchSpace(flip_axes=(0,), max_shift_mm=8.0, subvoxel=True, rotation_deg=(-10.0, -5.0, 5.0, 10.0),
+                       rotation_axes=(0, 1, 2))
+
+
+def head(seed: int, shape=(32, 36, 30)) -> np.ndarray:
+    """A smooth, asymmetric blob image with zero background (like a windowed CT head)."""
+    rng = np.random.default_rng(seed)
+    v = ndimage.gaussian_filter(rng.random(shape).astype(np.float32), 2.0)
+    v = (v - v.min()) / (v.max() - v.min())
+    z, y, x = np.indices(shape)
+    c = np.array(shape) / 2
+    inside = ((z - c[0]) / (0.38 * shape[0])) ** 2 + ((y - c[1]) / (0.4 * shape[1])) ** 2 \
+        + ((x - c[2]) / (0.36 * shape[2])) ** 2 < 1
+    v = v * inside
+    v[: shape[0] // 2 - 3, : shape[1] // 3] *= 0.4  # left-right asymmetry, so a flip is visible
+    return v.astype(np.float32)
+
+
+def rmse(a, b):
+    return float(np.sqrt(np.mean((a.astype(np.float64) - b) ** 2)))
+
+
+def test_fft_squared_error_equals_brute_force_for_every_shift():
+    a, t = head(1, (12, 10, 9)), head(2, (12, 10, 9))
+    search = al.ShiftSearch(a.shape, (2, 1, 2))
+    ssd = search.ssd(search.moving(a), search.fixed(t))
+    for i, dx in enumerate(search.shifts[0]):
+        for j, dy in enumerate(search.shifts[1]):
+            for k, dz in enumerate(search.shifts[2]):
+                moved = al._integer_shift(a, (int(dx), int(dy), int(dz)))
+                brute = float(np.sum((moved.astype(np.float64) - t) ** 2))
+                assert ssd[i, j, k] == pytest.approx(brute, rel=1e-4, abs=1e-3)
+
+
+def test_flipped_shifted_rotated_copy_is_aligned_back_to_its_source():
+    src, other = head(3), head(4)
+    syn = al.rotate(np.flip(src, 0).copy(), 2, 7.0, SP)
+    syn = al._integer_shift(syn, (2, -1, 1)) + np.random.default_rng(0).normal(0, 0.01, src.shape).astype(np.float32)
+    res = al.align_pair_set(syn, [src, other], SPACE, SP)
+    plain = rmse(syn, src)
+    assert res[0].rmse < 0.35 * plain  # the copy is found after alignment ...
+    assert res[0].rmse < 0.5 * res[1].rmse  # ... and its source is far closer than another head
+    assert res[0].transform.flips == (0,) and res[0].transform.rotation_axis == 2
+    assert abs(abs(res[0].transform.angle_deg) - 7.0) <= 2.5
+    direct = al.apply(syn, res[0].transform, SP)
+    assert res[0].rmse == pytest.approx(rmse(direct, src), rel=1e-5)  # the reported value is the transform's
+
+
+def test_subvoxel_shift_is_recovered():
+    src = head(5)
+    syn = ndimage.shift(src, (1.5, -0.5, 0.0), order=1, mode="constant")
+    space = al.SearchSpace(max_shift_mm=6.0, subvoxel=True)
+    (res,) = al.align_pair_set(syn, [src], space, SP)
+    assert np.allclose(res.transform.shift_vox, (-1.5, 0.5, 0.0), atol=0.25)
+    assert res.rmse < 0.5 * rmse(syn, src)
+
+
+def test_identity_search_reproduces_plain_measures_exactly():
+    a, t = head(6), head(7)
+    (res,) = al.align_pair_set(a, [t], al.SearchSpace(), SP)
+    diff = a.astype(np.float64) - t
+    assert res.rmse == math.sqrt(np.mean(diff ** 2)) and res.mae == np.mean(np.abs(diff))
+    plain = {"mae": np.random.default_rng(0).random((3, 4)), "rmse": np.random.default_rng(1).random((3, 4))}
+    out = al.aligned_matrices(plain, np.zeros((3, 0), np.int64), [[], [], []], SP)
+    assert np.array_equal(out["mae"], plain["mae"]) and np.array_equal(out["rmse"], plain["rmse"])
+    assert al.SearchSpace.from_params(None).is_identity
+
+
+def test_aligned_values_never_exceed_plain_and_record_the_transform():
+    plain = {"rmse": np.array([[0.5, 0.1, 0.4]])}
+    pairs = [[al.PairResult(al.Transform(flips=(0,)), mae=0.0, rmse=0.2),
+              al.PairResult(al.Transform(flips=(0,)), mae=0.0, rmse=0.3)]]
+    out = al.aligned_matrices(plain, np.array([[0, 1]]), pairs, SP)
+    assert out["rmse"].tolist() == [[0.2, 0.1, 0.4]]
+    assert out["rmse_transform"].tolist() == [["flip0", "identity", ""]]
+
+
+def test_preselection_puts_the_flipped_source_among_the_candidates():
+    training = [head(s) for s in range(10, 18)]
+    syn = al._integer_shift(np.flip(training[5], 0).copy(), (1, 0, -2))
+    small = [al.block_mean(v, 2) for v in training]
+    cand, hyp = al.preselect([al.block_mean(syn, 2)], small, SPACE, [4.0, 4.0, 4.0], k=3, factor=1)
+    assert cand.shape == (1, 3) and cand[0, 0] == 5
+    assert hyp[0][0][0][0] == (0,)  # best hypothesis: the flip
+
+
+def test_augment_flip_shift_rotate_and_labels_follow():
+    vol, lab = head(20), np.zeros((32, 36, 30), np.int16)
+    lab[8:14, 10:16, 5:12] = 1
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    rng = np.random.default_rng(0)
+    cfg = {"flip_axis": 0, "shift_mm": 6.0, "rotation_deg": 8.0}
+    out, olab, what = augment(vol, lab, affine, "flip", cfg, rng)
+    assert np.array_equal(out, vol[::-1]) and np.array_equal(olab, lab[::-1]) and what == "flip axis 0"
+    out, olab, what = augment(vol, lab, affine, "shift", cfg, rng)
+    assert what.startswith("shift") and set(np.unique(olab)) <= {0, 1} and olab.sum() > 0
+    com_in, com_out = ndimage.center_of_mass(lab), ndimage.center_of_mass(olab)
+    assert np.linalg.norm((np.array(com_out) - com_in) * 2.0) == pytest.approx(6.0, abs=1.0)
+    out, olab, what = augment(vol, lab, affine, "rotate", cfg, rng)
+    assert "8.0 deg" in what and olab.dtype == lab.dtype and set(np.unique(olab)) <= {0, 1}
+    with pytest.raises(ValueError, match="unknown augmentation"):
+        augment(vol, lab, affine, "elastic", cfg, rng)
+
+
+def _spiked_cfg(aug=True):
+    cfg = {"n_replicas": 3, "n_nonreplicas": 2, "seed": 1, "levels": [{"strength": 0.5, "likert": 4}]}
+    if aug:
+        cfg["augmented"] = {"n_per_kind": 2, "kinds": ["flip", "shift", "rotate"], "strength": 0.5, "likert": 4,
+                            "flip_axis": 0, "shift_mm": 8.0, "rotation_deg": 8.0}
+    return cfg
+
+
+def test_spiked_plan_with_augmented_replicas():
+    train = [f"t{i:02d}" for i in range(12)]
+    plan = spiked_plan(_spiked_cfg(), train, ["h1", "h2", "h3"])
+    kinds = [r["augmentation"] for r in plan if r["kind"] == "replica"]
+    assert sorted(kinds) == ["flip", "flip", "none", "none", "none", "rotate", "rotate", "shift", "shift"]
+    sources = [r["source_id"] for r in plan if r["kind"] == "replica"]
+    assert len(set(sources)) == len(sources)  # one source scan per replica
+    assert all(r["augmentation"] == "none" for r in plan if r["kind"] == "heldout")
+    assert plan == spiked_plan(_spiked_cfg(), train, ["h1", "h2", "h3"])  # deterministic
+    assert "augmentation" not in spiked_plan(_spiked_cfg(False), train, ["h1", "h2", "h3"])[0]
+    with pytest.raises(Exception, match="augmented replicas exceed the 8 training scans"):
+        spiked_plan(_spiked_cfg(), train[:8], ["h1", "h2", "h3"])
+
+
+def test_per_kind_scores_each_augmentation_against_the_same_nonreplicas():
+    ranking = [{"synthetic_id": f"s{i}", "closest_training_id": c, "score": s} for i, (c, s) in enumerate(
+        [("a1", 0.1), ("b1", 0.2), ("x1", 0.9), ("c1", 0.3), ("h", 0.8), ("h", 0.5)])]
+    truth = {"s0": {"replica": True, "kind": "none", "source_patient": "A"},
+             "s1": {"replica": True, "kind": "flip", "source_patient": "B"},
+             "s2": {"replica": True, "kind": "flip", "source_patient": "X"},
+             "s3": {"replica": True, "kind": "shift", "source_patient": "Z"},
+             "s4": {"replica": False, "kind": "none", "source_patient": None},
+             "s5": {"replica": False, "kind": "none", "source_patient": None}}
+    patient_of = {"a1": "A", "b1": "B", "x1": "X", "c1": "C", "h": "H"}
+    rows = {r["kind"]: r for r in per_kind(ranking, truth, 0.6, patient_of, "rmse")}
+    assert list(rows) == ["none", "flip", "shift", "all"]
+    assert rows["flip"]["sensitivity"] == 0.5 and rows["flip"]["specificity"] == 0.5
+    assert rows["flip"]["balanced_accuracy"] == 0.5 and rows["flip"]["source_found"] == 1.0
+    assert rows["shift"]["source_found"] == 0.0  # called a replica, but of the wrong patient
+    assert rows["all"]["n_replicas"] == 4 and rows["all"]["sensitivity"] == 0.75
+    assert rows["none"]["auc"] == 1.0 and rows["flip"]["auc"] == 0.5
+
+
+@pytest.fixture
+def params(root):
+    return load_params(root / "params.yaml")
+
+
+def test_alignment_params_are_checked(params):
+    p = copy.deepcopy(params)
+    p["relict"]["alignment"]["candidates"] = 3
+    p["relict"]["alignment"]["datasets"] = ["ncct_demo_aug", "nope"]
+    with pytest.raises(ParamsError) as exc:
+        validate_params(p)
+    msg = str(exc.value)
+    assert "'nope' is not a dataset" in msg and "candidates: 3 is below relict.n_closest" in msg
+    p = copy.deepcopy(params)
+    p["datasets"]["ncct_demo_aug"]["measures"] = ["rmse"]
+    with pytest.raises(ParamsError, match=r"\['mae'\] are not measured on dataset 'ncct_demo_aug'"):
+        validate_params(p)
+    p = copy.deepcopy(params)
+    p["relict"]["alignment"]["search"] = "none"
+    validate_params(p)
+    p["relict"]["alignment"]["search"] = "flips"
+    with pytest.raises(ParamsError, match="relict.alignment.search"):
+        validate_params(p)
