@@ -9,17 +9,41 @@
 rule privacy_inputs:
     input:
         real=lambda wc: preprocessed_images(wc.dataset),
-        synthetic=privacy_synthetic_images,
         autoencoder=lambda wc: f"results/generator/{PRIVACY_AE}/autoencoder.pt" if wc.space == "latent" else [],
     output:
         real="results/privacy/{dataset}/{space}/real.npz",
-        synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
     log:
         "logs/privacy_inputs/{dataset}/{space}.log",
     params:
         ids=lambda wc: [s.id for s in plan(wc).scans],
         patients=lambda wc: [s.patient_id for s in plan(wc).scans],
         roles=lambda wc: [s.role for s in plan(wc).scans],
+        downsample=PRIVACY.get("image_downsample", 1),
+        autoencoder=PRIVACY_AE,
+    threads: 2
+    resources:
+        mem_mb=4000,
+    wildcard_constraints:
+        dataset=_alternatives(PRIVACY_SETS),
+        space="image|latent",
+    conda:
+        "../../envs/privacy.yaml"
+    script:
+        "../scripts/privacy_inputs.py"
+
+
+# the synthetic sets on the real scans' scale: a separate job, so that adding a synthetic
+# set to audit does not retrain the filters (they read real.npz only)
+rule privacy_inputs_synthetic:
+    input:
+        reference="results/privacy/{dataset}/{space}/real.npz",
+        synthetic=privacy_synthetic_images,
+        autoencoder=lambda wc: f"results/generator/{PRIVACY_AE}/autoencoder.pt" if wc.space == "latent" else [],
+    output:
+        synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
+    log:
+        "logs/privacy_inputs_synthetic/{dataset}/{space}.log",
+    params:
         syn_ids=lambda wc: [v.id for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
         syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
         downsample=PRIVACY.get("image_downsample", 1),

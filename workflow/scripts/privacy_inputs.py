@@ -1,8 +1,9 @@
 """Snakemake adapter: the arrays a privacy filter sees, in one input space.
 
-``real.npz``: every real scan of the training set (training and held-out roles) with its
-patient id and role; ``synthetic.npz``: every synthetic set filtered against it. Both are
-z-scored with the training scans' statistics. ``image`` space block-averages the
+``real.npz`` (rule privacy_inputs): every real scan of the training set (training and
+held-out roles) with its patient id and role; ``synthetic.npz`` (rule
+privacy_inputs_synthetic): every synthetic set filtered against it. Both are z-scored
+with the training scans' statistics (stored in real.npz). ``image`` space block-averages the
 preprocessed volumes; ``latent`` space encodes them with the generator's autoencoder.
 """
 
@@ -45,22 +46,28 @@ with logged(snakemake.log[0]) as log:
     torch.set_num_threads(snakemake.threads)
     space = snakemake.wildcards.space
     p = snakemake.params
-    check_patients(p.ids, p.patients, p.roles, f"dataset {snakemake.wildcards.dataset}")
-    real = _arrays(list(snakemake.input.real), space, log, "real")
-    syn = _arrays(list(snakemake.input.synthetic), space, log, "synthetic") if snakemake.input.synthetic else \
-        np.empty((0, *real.shape[1:]), np.float32)
-    if space == "image":
-        key = f"image/downsample{p.downsample}/{'x'.join(map(str, real.shape[2:]))}"
-    else:
-        key = f"latent/{p.autoencoder}/{_file_digest(snakemake.input.autoencoder)}"
-    train = np.array(p.roles) == "train"
-    real, mean, std = standardise(real, real[train])
-    syn = ((syn - mean) / std).astype(np.float32)
-    common = {"space": np.array(space), "key": np.array(key), "mean": np.float64(mean), "std": np.float64(std)}
-    with atomic_path(snakemake.output.real, suffix=".npz") as tmp:
-        np.savez(tmp, x=real, ids=np.array(p.ids), patients=np.array(p.patients), roles=np.array(p.roles), **common)
-    with atomic_path(snakemake.output.synthetic, suffix=".npz") as tmp:
-        np.savez(tmp, x=syn, ids=np.array(p.syn_ids, dtype=str), datasets=np.array(p.syn_datasets, dtype=str),
-                 **common)
-    log.info("%s space (%s): %d real and %d synthetic inputs of shape %s", space, key, len(real), len(syn),
-             list(real.shape[1:]))
+    if "real" in snakemake.output.keys():  # rule privacy_inputs: the real scans, and the scale
+        check_patients(p.ids, p.patients, p.roles, f"dataset {snakemake.wildcards.dataset}")
+        real = _arrays(list(snakemake.input.real), space, log, "real")
+        if space == "image":
+            key = f"image/downsample{p.downsample}/{'x'.join(map(str, real.shape[2:]))}"
+        else:
+            key = f"latent/{p.autoencoder}/{_file_digest(snakemake.input.autoencoder)}"
+        train = np.array(p.roles) == "train"
+        real, mean, std = standardise(real, real[train])
+        common = {"space": np.array(space), "key": np.array(key), "mean": np.float64(mean), "std": np.float64(std)}
+        with atomic_path(snakemake.output.real, suffix=".npz") as tmp:
+            np.savez(tmp, x=real, ids=np.array(p.ids), patients=np.array(p.patients), roles=np.array(p.roles),
+                     **common)
+        log.info("%s space (%s): %d real inputs of shape %s", space, key, len(real), list(real.shape[1:]))
+    else:  # rule privacy_inputs_synthetic: every synthetic set on the real scans' scale
+        with np.load(snakemake.input.reference) as ref:
+            common = {k: ref[k] for k in ("space", "key", "mean", "std")}
+            shape = ref["x"].shape[1:]
+        syn = _arrays(list(snakemake.input.synthetic), space, log, "synthetic") if snakemake.input.synthetic else \
+            np.empty((0, *shape), np.float32)
+        syn = ((syn - float(common["mean"])) / float(common["std"])).astype(np.float32)
+        with atomic_path(snakemake.output.synthetic, suffix=".npz") as tmp:
+            np.savez(tmp, x=syn, ids=np.array(p.syn_ids, dtype=str), datasets=np.array(p.syn_datasets, dtype=str),
+                     **common)
+        log.info("%s space (%s): %d synthetic inputs of shape %s", space, common["key"], len(syn), list(shape))
