@@ -182,3 +182,14 @@ def test_alignment_params_are_checked(params):
     p["relict"]["alignment"]["search"] = "flips"
     with pytest.raises(ParamsError, match="relict.alignment.search"):
         validate_params(p)
+
+
+def test_intensity_affine_fit_removes_a_global_intensity_change():
+    src = head(8)
+    syn = np.flip(src, 0) * np.float32(1.3) + np.float32(0.05)
+    space = al.SearchSpace(flip_axes=(0,), intensity_affine=True)
+    (res,) = al.align_pair_set(syn, [src], space, SP)
+    assert res.transform.flips == (0,)
+    assert res.transform.scale == pytest.approx(1 / 1.3, rel=1e-3) and res.rmse < 1e-4
+    (without,) = al.align_pair_set(syn, [src], al.SearchSpace(flip_axes=(0,)), SP)
+    assert without.rmse > 0.03

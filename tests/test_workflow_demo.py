@@ -117,7 +117,7 @@ def test_demo_generator_trains_samples_and_is_audited(demo):
     assert filt["thresholds_from"] == "ncct_demo" and filt["n_synthetic"] == 4
     # recall: every dataset with held-out volumes; the sweep point learns from 2 scans
     recall = json.loads((demo / "results/metrics/recall.json").read_text())
-    assert set(recall) == {"ncct_demo", "tof_demo", "ncct_ldm", "ncct_ldm_n2"}
+    assert set(recall) == {"ncct_demo", "ncct_demo_aug", "tof_demo", "ncct_ldm", "ncct_ldm_n2"}
     assert recall["ncct_ldm"]["n_training"] == 8 and recall["ncct_ldm_n2"]["n_training"] == 2
     assert recall["ncct_demo"]["n_synthetic"] == 9 and 0 < recall["ncct_demo"]["learned_fraction"] <= 1
     sweep = read_tsv(demo / "results/tables/generator_sweep.tsv")
@@ -149,7 +149,7 @@ def test_demo_privacy_filters_in_image_and_latent_space(demo):
         assert ev["sensitivity"]["training_patients"]["n_presented"] == 4
         assert ev["key"].startswith(space)
         rows = read_tsv(demo / f"results/privacy/ncct_demo/{space}/decisions.tsv")
-        assert [r["dataset"] for r in rows] == ["ncct_demo"] * 9 + ["ncct_ldm"] * 4
+        assert [r["dataset"] for r in rows] == ["ncct_demo"] * 9 + ["ncct_demo_aug"] * 8 + ["ncct_ldm"] * 4
         training_patients = {f"p{i:03d}" for i in range(1, 8)}
         for r in rows:
             assert (r["decision"] == "flagged") == (float(r["best_score"]) > ev["tau"])
@@ -161,7 +161,7 @@ def test_demo_privacy_filters_in_image_and_latent_space(demo):
         assert sum(ev["synthetic"]["ncct_ldm"]["consistency"]["decision_histogram"].values()) == 4
         figures = demo / f"results/privacy/ncct_demo/{space}/figures"
         assert {p.name for p in figures.glob("*.png")} == {"training_loss.png", "best_scores.png", "tsne_ncct_demo.png",
-                                                       "tsne_ncct_ldm.png"}
+                                                       "tsne_ncct_demo_aug.png", "tsne_ncct_ldm.png"}
         # a filter trained in one space is refused in the other
         from synthaudit.privacy.model import load_network
         other = "latent" if space == "image" else "image"
