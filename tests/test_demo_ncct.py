@@ -113,6 +113,22 @@ def test_tissue_maps_partition_and_masks():
         maps.gm[0, 0, 0] = 1.0  # read-only: shared through the cache
 
 
+def test_templates_are_nilearns_maps_read_without_importing_nilearn():
+    """The maps are read with nibabel (nilearn.datasets costs ~4 s per job to import):
+    they must equal what nilearn's own loaders return, padded below."""
+    from nilearn import datasets
+
+    maps = anatomy.tissue_maps(1.0)
+    pad = ((0, 0), (0, 0), (anatomy._BOTTOM_PAD_MM, 0))
+    t1 = datasets.load_mni152_template(resolution=1)
+    np.testing.assert_array_equal(maps.t1, np.pad(t1.get_fdata().astype(np.float32), pad))
+    mask = datasets.load_mni152_brain_mask(resolution=1).get_fdata() > 0.5
+    np.testing.assert_array_equal(maps.brain, np.pad(mask, pad))
+    expected = t1.affine.copy()
+    expected[2, 3] -= anatomy._BOTTOM_PAD_MM
+    np.testing.assert_array_equal(maps.affine, expected)
+
+
 def test_tissue_maps_resampled_grid():
     fine, coarse = anatomy.tissue_maps(1.0), anatomy.tissue_maps(4.0)
     assert coarse.shape == tuple(int(np.ceil(n / 4)) for n in fine.shape)

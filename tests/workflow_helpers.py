@@ -44,9 +44,10 @@ def tiny_params() -> dict:
     ldm["diffusion"].update(channels=[8, 16], epochs=3, num_inference_steps=4, batch_size=4)
     p["generator_sweep"]["n_training"] = [2]  # equal_steps: 4x the epochs on 2 of 8 scans
     aug = p["datasets"]["ncct_demo_aug"]["synthetic"]["spiked"]  # 8 training scans: 1 plain + 3 augmented replicas
-    aug.update(n_replicas=1, n_nonreplicas=4)
+    aug.update(n_replicas=1, n_nonreplicas=2)
     aug["augmented"]["n_per_kind"] = 1
-    p["relict"]["alignment"]["candidates"] = 4
+    p["datasets"]["ncct_demo_aug"]["measures"] = ["rmse"]  # MAE's alignment: tests/test_alignment.py
+    p["relict"]["alignment"].update(measures=["rmse"], candidates=4)
     p["relict"]["n_closest"] = 4
     p["relict"]["evaluation"]["bootstrap"]["n"] = 50
     priv = p["privacy"]  # image (4 mm / 4) and latent filters at seconds-size

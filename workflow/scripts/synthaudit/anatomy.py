@@ -108,22 +108,45 @@ def mni_ct_template(spacing_mm: float) -> tuple[np.ndarray, np.ndarray]:
     return ct_image(maps), maps.affine.copy()
 
 
+def _mni152_file(kind: str):
+    """Path of nilearn's bundled 1 mm MNI152 ICBM 2009 map ``kind`` (t1, gm or wm).
+
+    Read with nibabel rather than through ``nilearn.datasets``, whose import (scikit-learn
+    included) costs about 4 s in every job that builds the head; the files are the ones
+    ``nilearn.datasets.load_mni152_*_template(resolution=1)`` reads.
+    """
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("nilearn")  # locates the package without importing it
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("nilearn is not installed: it ships the MNI152 templates the demo and template need")
+    path = Path(list(spec.submodule_search_locations)[0]) / "datasets" / "data" / \
+        f"mni_icbm152_{kind}_tal_nlin_sym_09a_converted.nii.gz"
+    if not path.is_file():
+        raise RuntimeError(f"nilearn's MNI152 template is missing: {path}")
+    return path
+
+
 @functools.lru_cache(maxsize=1)
 def _maps_1mm() -> TissueMaps:
     """Build the maps from nilearn's 1 mm templates (a few seconds, hence the cache)."""
-    from nilearn import datasets
+    import nibabel as nib
 
     pad = ((0, 0), (0, 0), (_BOTTOM_PAD_MM, 0))
 
-    def load(img) -> np.ndarray:
-        return np.pad(np.asarray(img.get_fdata(), dtype=np.float32), pad)
+    def load(kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """The map rescaled to [0, 1] by its maximum, as nilearn's loaders do, and padded."""
+        img = nib.load(_mni152_file(kind))
+        data = np.asarray(img.dataobj).astype(np.float32)
+        data /= data.max()
+        return np.pad(data, pad), img.affine
 
-    t1_img = datasets.load_mni152_template(resolution=1)
-    t1 = load(t1_img)
-    gm = load(datasets.load_mni152_gm_template(resolution=1))
-    wm = load(datasets.load_mni152_wm_template(resolution=1))
-    brain = load(datasets.load_mni152_brain_mask(resolution=1)) > 0.5
-    affine = t1_img.affine.copy()
+    t1, affine = load("t1")
+    gm, _ = load("gm")
+    wm, _ = load("wm")
+    brain = t1 > 0.2  # nilearn's load_mni152_brain_mask: the rescaled T1 above its default threshold
+    affine = affine.copy()
     if not np.allclose(affine[:3, :3], np.eye(3)):
         raise RuntimeError(f"unexpected MNI152 template affine (expected 1 mm, RAS):\n{affine}")
     affine[2, 3] -= _BOTTOM_PAD_MM
