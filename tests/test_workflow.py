@@ -91,14 +91,12 @@ def test_user_folder_of_registered_nifti(tmp_path, layout):
     # the all-pairs jobs split into shards (training blocks; synthetic blocks are covered by tests/test_shards.py)
     shards = 2 if layout == "nnunet" else 1
     p["compute"].update(training_shards=shards, synthetic_shards=1)
-    if layout == "manifest":  # the layout is what differs; every level runs on the nnU-Net layout
-        p["relict"]["measures"] = ["mae", "rmse", "emb_rmse"]
+    # the layout is what differs: each level runs on the nnU-Net layout (every measure: the demo tests)
+    p["relict"]["measures"] = ["mae", "rmse", "emb_rmse"] + (["dice_binary"] if layout == "nnunet" else [])
     write_params(wd, p)
     snakemake(wd, "relict_all")
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
-    expected = {"mae", "rmse", "emb_rmse"}
-    if layout == "nnunet":
-        expected |= {"ssim", "emb_cosine", "dice_binary", "asd_binary"}
+    expected = set(p["relict"]["measures"])
     assert set(metrics["mydata"]) == expected
     assert "untrained" in metrics["mydata"]["emb_rmse"]["extractor"]
     for measure in sorted(expected):
