@@ -85,6 +85,17 @@ def test_demo_alignment_finds_augmented_replicas_and_reports_each_kind(demo):
     assert float(runtime["rmse_aligned"]["compare_s"]) > float(runtime["rmse"]["compare_s"])
 
 
+def test_demo_rating_sheet_shows_the_top_k_pairs_ranked_by_rmse(demo):
+    sheet = demo / "results/rating_sheet/ncct_demo"
+    ranked = [r["synthetic_id"] for r in read_tsv(demo / "results/relict/ncct_demo/ranking_rmse.tsv")][:2]  # top_k
+    assert sorted(p.name for p in (sheet / "pages").iterdir()) == ["01.png", "02.png"]
+    template = read_tsv(sheet / "ratings_template.tsv")
+    assert [r["synthetic_id"] for r in template if r["rater"] == "rater1"] == ranked
+    assert {r["rater"] for r in template} == {"rater1", "rater2"} and all(r["score"] == "" for r in template)
+    html = (sheet / "index.html").read_text()
+    assert html.count("data:image/png;base64,") == 2 and all(i in html for i in ranked)
+
+
 def test_demo_registration_qc_and_outputs(demo):
     qc = read_tsv(demo / "results/preprocessed/ncct_demo/qc.tsv")
     assert len(qc) == 14  # 7 patients x 2 scans

@@ -49,6 +49,7 @@ def tiny_params() -> dict:
     p["datasets"]["ncct_demo_aug"]["measures"] = ["rmse"]  # MAE's alignment: tests/test_alignment.py
     p["relict"]["alignment"].update(measures=["rmse"], candidates=4)
     p["relict"]["n_closest"] = 4
+    p["relict"]["review"]["top_k"] = 2  # rating-sheet pages (~1 s each)
     p["relict"]["evaluation"]["bootstrap"]["n"] = 50
     priv = p["privacy"]  # image (4 mm / 4) and latent filters at seconds-size
     priv["image_downsample"] = 4
