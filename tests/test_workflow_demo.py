@@ -88,7 +88,7 @@ def test_demo_alignment_finds_augmented_replicas_and_reports_each_kind(demo):
 def test_demo_rating_sheet_shows_the_top_k_pairs_ranked_by_rmse(demo):
     sheet = demo / "results/rating_sheet/ncct_demo"
     ranked = [r["synthetic_id"] for r in read_tsv(demo / "results/relict/ncct_demo/ranking_rmse.tsv")][:2]  # top_k
-    assert sorted(p.name for p in (sheet / "pages").iterdir()) == ["01.png", "02.png"]
+    assert sorted(p.name for p in (sheet / "pages").glob("*.png")) == ["01.png", "02.png"]
     template = read_tsv(sheet / "ratings_template.tsv")
     assert [r["synthetic_id"] for r in template if r["rater"] == "rater1"] == ranked
     assert {r["rater"] for r in template} == {"rater1", "rater2"} and all(r["score"] == "" for r in template)
