@@ -6,6 +6,7 @@ each aligned measure's matrix is the plain one with the candidate pairs replaced
 their aligned value when lower. The per-pair transforms go to alignment.tsv.
 """
 
+import functools
 import json
 import time
 
@@ -58,11 +59,22 @@ with logged(snakemake.log[0]) as log:
         t_pre = time.perf_counter() - start
         log.info("pre-selection: %d x %d pairs, %d group elements, %.1f s; %d candidates each", n_syn, n_train,
                  len(space.flips()) * len(space.rotations()), t_pre, k)
+        # Candidate lists of different synthetic volumes overlap (the same few training scans
+        # are close to many), so training volumes are kept in a bounded cache instead of
+        # being read K times per synthetic volume; at least K fit, about 2 GB in all.
+        per_volume = 4 * int(np.prod(grid["shape"]))
+
+        @functools.lru_cache(maxsize=max(k, int(2e9 // per_volume)))
+        def training_volume(j):
+            v = loaded(snakemake.input.training[j])[0]
+            v.setflags(write=False)  # shared between pairs: never changed in place
+            return v
+
         pairs = []
         progress = Progress(log, "full-resolution alignment: synthetic volumes", n_syn)
         for i, p in enumerate(snakemake.input.synthetic):
             s = loaded(p)[0]
-            targets = [loaded(snakemake.input.training[j])[0] for j in candidates[i]]
+            targets = [training_volume(int(j)) for j in candidates[i]]
             pairs.append(al.align_pair_set(s, targets, space, spacing, hypotheses[i], workers=snakemake.threads))
             progress(i + 1)
     seconds = time.perf_counter() - start
