@@ -58,10 +58,10 @@ def test_dice_of_cubes_with_known_overlap():
     b[0, 0, 0] = 3  # class 3 only in b
     per_class = M.dice(a, b, [1, 2, 3])
     assert per_class[1] == 2 * 144 / (216 + 216)  # exactly 2/3
-    assert math.isnan(per_class[2])  # absent from both: no Dice
+    assert per_class[2] == 1.0  # absent from both: they agree
     assert per_class[3] == 0.0
-    assert M.mean_dice(per_class) == pytest.approx((2 / 3 + 0.0) / 2, abs=1e-15)  # NaN left out
-    assert math.isnan(M.mean_dice(M.dice(a, b, [2])))
+    assert M.mean_dice(per_class) == pytest.approx((2 / 3 + 1.0 + 0.0) / 3, abs=1e-15)  # every declared class
+    assert M.mean_dice(M.dice(a, b, [2])) == 1.0
 
 
 # --------------------------------------------------------------------------- ASD, known answers
@@ -155,8 +155,8 @@ def test_class_empty_in_one_map_gets_whole_image_hd95():
     b[7:14, 6:13, 5:10] = 1  # class 2 missing, class 3 missing from both
     asd = M.average_surface_distance(a, b, SPACING, [1, 2, 3])
     assert asd[2] == M.hd95(a, b, SPACING)
-    assert math.isnan(asd[3])
-    assert M.mean_asd(asd) == pytest.approx((asd[1] + asd[2]) / 2, abs=1e-15)
+    assert asd[3] == 0.0  # absent from both: they agree
+    assert M.mean_asd(asd) == pytest.approx((asd[1] + asd[2] + 0.0) / 3, abs=1e-15)
     ref = _reference()
     whole = ref.compute_surface_distances(a > 0, b > 0, SPACING)
     assert asd[2] == pytest.approx(ref.compute_robust_hausdorff(whole, 95), abs=1e-6)
@@ -169,17 +169,26 @@ def test_empty_whole_image_gives_volume_diagonal():
     empty = np.zeros_like(a)
     diagonal = math.sqrt((30 * 0.8) ** 2 + (30 * 1.1) ** 2 + (20 * 2.3) ** 2)
     asd = M.average_surface_distance(a, empty, SPACING, [1, 2])
-    assert math.isnan(asd[1])
+    assert asd[1] == 0.0
     assert asd[2] == pytest.approx(diagonal, rel=1e-15)
     assert M.hd95(empty, a, SPACING) == pytest.approx(diagonal, rel=1e-15)
-    assert math.isnan(M.hd95(empty, empty, SPACING))
-    assert math.isnan(M.mean_asd(M.average_surface_distance(empty, empty, SPACING, [1, 2])))
+    assert M.dice(a, empty, [1, 2]) == {1: 1.0, 2: 0.0}
+
+
+def test_two_lesion_free_scans_agree():
+    """Empty label maps (lesion-free scans): Dice 1, ASD and HD95 0, binary and multiclass; no NaN."""
+    empty = np.zeros((16, 18, 12), np.uint8)
+    assert M.dice(empty > 0, empty > 0, [1]) == {1: 1.0}
+    assert M.average_surface_distance(empty > 0, empty > 0, SPACING, [1]) == {1: 0.0}
+    assert M.hd95(empty, empty, SPACING) == 0.0
+    assert M.mean_dice(M.dice(empty, empty, [1, 2, 3])) == 1.0
+    assert M.mean_asd(M.average_surface_distance(empty, empty, SPACING, [1, 2, 3])) == 0.0
 
 
 # --------------------------------------------------------------------------- all pairs
 
 def assert_equals_per_pair(result, synthetic, training, labels):
-    """Every all-pairs value equals the per-pair functions (relative 1e-12; NaN where both are NaN)."""
+    """Every all-pairs value equals the per-pair functions (relative 1e-12)."""
     for i, s in enumerate(synthetic):
         for j, t in enumerate(training):
             expected = {
@@ -189,7 +198,7 @@ def assert_equals_per_pair(result, synthetic, training, labels):
                 "asd_multiclass": M.mean_asd(M.average_surface_distance(s, t, SPACING, labels)),
             }
             for name, value in expected.items():
-                np.testing.assert_allclose(result[name][i, j], value, rtol=1e-12, atol=0, equal_nan=True,
+                np.testing.assert_allclose(result[name][i, j], value, rtol=1e-12, atol=0,
                                            err_msg=f"{name} [{i}, {j}]")
 
 
@@ -211,7 +220,9 @@ def test_all_pairs_equals_per_pair_functions(nearest_by):
     assert calls == [(j, len(training)) for j in range(1, len(training) + 1)]
     assert set(result) == set(M.MEASURES)
     assert_equals_per_pair(result, synthetic, training, labels)
-    assert math.isnan(result["asd_multiclass"][5, 4])  # both empty
+    assert result["asd_multiclass"][5, 4] == 0.0 and result["dice_multiclass"][5, 4] == 1.0  # both empty
+    for name, values in result.items():
+        assert np.isfinite(values).all(), name
     assert result["dice_binary"][1, 5] == 1.0 and result["asd_multiclass"][1, 5] == 0.0  # identical pair
 
 

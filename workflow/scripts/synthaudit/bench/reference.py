@@ -8,7 +8,7 @@ measure is recomputed with the plain library call and timed per pair:
 * SSIM: ``skimage.metrics.structural_similarity(a, b, gaussian_weights=True,
   sigma=1.5, use_sample_covariance=True, data_range=...)`` on float64 volumes;
 * MAE, RMSE, embedding RMSE and cosine: NumPy in float64;
-* Dice: NumPy counts per class (a class absent from both maps is left out);
+* Dice: NumPy counts per class (a class absent from both maps agrees: 1), mean over every class;
 * ASD, binary: google-deepmind ``surface_distance`` (``compute_surface_distances``,
   then the mean of the two directed averages of ``compute_average_surface_distance``);
   a pair with an empty mask, which deepmind cannot score, and the multiclass ASD use the
@@ -38,7 +38,7 @@ METHODS = {
     "emb_rmse": "numpy float64: sqrt(mean((a - b)^2))",
     "emb_cosine": "numpy float64: a.b / (|a| |b|)",
     "dice_binary": "numpy: 2 |A & B| / (|A| + |B|), A = labels > 0",
-    "dice_multiclass": "numpy: per-class Dice, mean over classes present in either map",
+    "dice_multiclass": "numpy: per-class Dice (1 when absent from both), mean over every class",
     "asd_binary": "surface_distance (google-deepmind): mean of compute_average_surface_distance; "
                   "empty mask: synthaudit.segment.measures.average_surface_distance",
     "asd_multiclass": "synthaudit.segment.measures.mean_asd(average_surface_distance(...)) per pair",
@@ -147,7 +147,7 @@ def _cosine(a, b, cohort):
 
 def _dice_mask(a: np.ndarray, b: np.ndarray) -> float:
     total = np.count_nonzero(a) + np.count_nonzero(b)
-    return 2.0 * np.count_nonzero(a & b) / total if total else math.nan
+    return 2.0 * np.count_nonzero(a & b) / total if total else 1.0  # both empty: they agree
 
 
 def _dice_binary(a, b, cohort):
@@ -156,8 +156,7 @@ def _dice_binary(a, b, cohort):
 
 def _dice_multiclass(a, b, cohort):
     per_class = [_dice_mask(a == c, b == c) for c in cohort.labels]
-    present = [d for d in per_class if not math.isnan(d)]
-    return (sum(present) / len(present) if present else math.nan), False
+    return sum(per_class) / len(per_class), False
 
 
 def _asd_binary(a, b, cohort):

@@ -3,9 +3,9 @@
 Definitions
 -----------
 * **Dice** of class ``c``: ``2 |A_c & B_c| / (|A_c| + |B_c|)``. A class absent from
-  both label maps has no Dice (NaN) and is left out of the mean over classes: two
-  empty masks agree trivially, and scoring them 1 (or 0) would make the multiclass
-  mean depend on how many classes happen to be absent.
+  both label maps agrees: Dice 1 (two scans without a lesion have the same lesion, none).
+  The multiclass measure is the mean over every declared class, so no value is ever
+  NaN and every pair is averaged over the same classes.
 * **Surfaces** follow google-deepmind ``surface-distance``, the implementation RELICT
   uses. A mask is read on the grid of voxel corners ((X+1, Y+1, Z+1) corners, the
   volume padded with background): a corner whose 2x2x2 neighbourhood of voxels is
@@ -21,7 +21,11 @@ Definitions
   masks (all labels > 0 merged into one). When one whole foreground is empty too, the
   value is the diagonal of the volume in mm (``sqrt(sum((n_i * spacing_i)^2))``), the
   largest distance two surfels can have; deepmind would return infinity, which no
-  threshold or mean can use. Absent from both: NaN, left out of the mean.
+  threshold or mean can use. Absent from both: ASD 0 (the maps agree; HD95 of two empty
+  foregrounds is 0 too). Consequence for the segmentation level, which ranks by the
+  absolute distance: a lesion-free synthetic volume is at distance 0 from any
+  lesion-free training volume - the level cannot tell such volumes apart, and says so
+  (it adds nothing for them beyond "no lesion in either").
 
 Surfel areas
 ------------
@@ -180,7 +184,7 @@ def _check_measures(measures: Sequence[str]) -> list[str]:
 
 
 def dice(a: np.ndarray, b: np.ndarray, labels: Sequence[int]) -> dict[int, float]:
-    """Dice coefficient per class; NaN for a class absent from both label maps.
+    """Dice coefficient per class; 1 for a class absent from both label maps (they agree).
 
     For the binary measure pass ``(a > 0, b > 0, [1])``.
 
@@ -196,7 +200,7 @@ def dice(a: np.ndarray, b: np.ndarray, labels: Sequence[int]) -> dict[int, float
     for c in _check_classes(labels):
         in_a, in_b = a == c, b == c
         total = np.count_nonzero(in_a) + np.count_nonzero(in_b)
-        result[c] = 2.0 * np.count_nonzero(in_a & in_b) / total if total else math.nan
+        result[c] = 2.0 * np.count_nonzero(in_a & in_b) / total if total else 1.0
     return result
 
 
@@ -208,7 +212,7 @@ def average_surface_distance(
     ``(d(A->B) + d(B->A)) / 2`` of the area-weighted directed averages (deepmind's
     ``compute_average_surface_distance``, averaged). A class present in exactly one map
     gets the whole-foreground :func:`hd95` instead (the volume diagonal when one map has
-    no foreground at all); a class absent from both gets NaN. For the binary measure
+    no foreground at all); a class absent from both gets 0 (the maps agree). For the binary measure
     pass ``(a > 0, b > 0, spacing_mm, [1])``.
 
     Args:
@@ -227,7 +231,7 @@ def average_surface_distance(
     for c in _check_classes(labels):
         surf_a, surf_b = _mask_surface(a == c, table), _mask_surface(b == c, table)
         if surf_a is None and surf_b is None:
-            result[c] = math.nan
+            result[c] = 0.0
         elif surf_a is None or surf_b is None:
             if fallback is None:
                 fallback = hd95(a, b, spacing)
@@ -243,8 +247,8 @@ def hd95(a: np.ndarray, b: np.ndarray, spacing_mm: Sequence[float]) -> float:
 
     deepmind's ``compute_robust_hausdorff(..., 95)``: per direction, the distance at which
     the cumulative surfel area, in order of increasing distance, reaches 95 % of the
-    surface; the larger direction is returned. Both empty: NaN. One empty: the volume
-    diagonal (deepmind: infinity), the largest possible distance.
+    surface; the larger direction is returned. Both empty: 0 (nothing differs). One empty:
+    the volume diagonal (deepmind: infinity), the largest possible distance.
 
     Args:
         a, b: Masks or label maps of the same 3D shape; every value > 0 is foreground.
@@ -255,7 +259,7 @@ def hd95(a: np.ndarray, b: np.ndarray, spacing_mm: Sequence[float]) -> float:
     table = _area_table(spacing)
     surf_a, surf_b = _mask_surface(a > 0, table), _mask_surface(b > 0, table)
     if surf_a is None and surf_b is None:
-        return math.nan
+        return 0.0
     if surf_a is None or surf_b is None:
         return _diagonal(a.shape, spacing)
     d_ab, d_ba = _pair_distances(surf_a, surf_b, spacing)
@@ -263,18 +267,20 @@ def hd95(a: np.ndarray, b: np.ndarray, spacing_mm: Sequence[float]) -> float:
 
 
 def mean_dice(per_class: dict[int, float]) -> float:
-    """Mean Dice over the classes present in either map (NaN entries left out); NaN if none."""
-    return _nan_mean(per_class.values())
+    """Mean Dice over every class compared (a class absent from both maps counts as 1)."""
+    return _mean(per_class.values())
 
 
 def mean_asd(per_class: dict[int, float]) -> float:
-    """Mean ASD over the classes present in either map (NaN entries left out); NaN if none."""
-    return _nan_mean(per_class.values())
+    """Mean ASD over every class compared (a class absent from both maps counts as 0)."""
+    return _mean(per_class.values())
 
 
-def _nan_mean(values: Iterable[float]) -> float:
-    kept = [v for v in values if not math.isnan(v)]
-    return sum(kept) / len(kept) if kept else math.nan
+def _mean(values: Iterable[float]) -> float:
+    values = list(values)
+    if not values:
+        raise ValueError("no classes to average")
+    return sum(values) / len(values)
 
 
 # --------------------------------------------------------------------------- surfaces
@@ -633,7 +639,8 @@ class _TrainingColumn:
         done = self._results.get((id(stack), id(surface)))
         if done is not None:
             return done
-        result = self._results[id(stack), id(surface)] = np.full(len(stack.row), math.nan)
+        # a class absent from both maps: they agree, distance 0
+        result = self._results[id(stack), id(surface)] = np.zeros(len(stack.row))
         if surface is not None and stack.surfaces:
             mean_st = stack.to_surface_means(self._distances(stack, surface))
             mean_ts = stack.from_surface_means(surface, self._corner_index(surface))
@@ -700,7 +707,7 @@ def all_pairs_segmentation_measures(
 
     Returns:
         For each requested measure an (S, T) float64 array of raw values (Dice a
-        similarity, ASD a distance in mm); NaN where no class is present in either map.
+        similarity, ASD a distance in mm); never NaN (empty maps: see the module docstring).
 
     Raises:
         ValueError: On unknown measures, invalid labels, spacing or threads, no
@@ -763,14 +770,15 @@ def all_pairs_segmentation_measures(
                 if "dice_binary" in wanted:
                     out["dice_binary"] = _dice_from_counts(binary, syn_whole + target.foreground)
                 if "dice_multiclass" in wanted:
-                    out["dice_multiclass"] = _nan_mean_rows(np.stack(
-                        [_dice_from_counts(same[c], syn_counts[:, c] + target.counts[c]) for c in classes], axis=1))
+                    out["dice_multiclass"] = np.mean(np.stack(
+                        [_dice_from_counts(same[c], syn_counts[:, c] + target.counts[c]) for c in classes],
+                        axis=1), axis=1)
             if keys:
                 asd = _TrainingColumn(target, stacks, whole_empty, diagonal)
                 if "asd_binary" in wanted:
                     out["asd_binary"] = asd.asd(_WHOLE)
                 if "asd_multiclass" in wanted:
-                    out["asd_multiclass"] = _nan_mean_rows(np.stack([asd.asd(c) for c in classes], axis=1))
+                    out["asd_multiclass"] = np.mean(np.stack([asd.asd(c) for c in classes], axis=1), axis=1)
             return out
 
         columns: list[dict[str, np.ndarray]] = []
@@ -811,16 +819,9 @@ def _check_threads(threads: int | None) -> int:
 
 
 def _dice_from_counts(overlap: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Dice from overlap and summed sizes; 1 where both maps lack the class (they agree)."""
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(total > 0, 2.0 * overlap / total, math.nan)
-
-
-def _nan_mean_rows(values: np.ndarray) -> np.ndarray:
-    """Row means over non-NaN entries (classes present in either map); NaN if none."""
-    present = ~np.isnan(values)
-    n = present.sum(axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(n > 0, np.where(present, values, 0.0).sum(axis=1) / n, math.nan)
+        return np.where(total > 0, 2.0 * overlap / total, 1.0)
 
 
 def _length(iterable) -> int | None:
