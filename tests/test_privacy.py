@@ -161,11 +161,15 @@ def test_training_is_deterministic_for_a_seed():
 
 
 def test_training_learns_to_re_identify_unseen_patients():
-    x, ids, patients, roles = _cohort(n_train=8, n_held=4)
+    # 8 held-out patients (8 positive, 112 negative pairs): over seeds 0-9 on one thread the AUC was
+    # 0.87-0.99 and the lowest training loss 0.45-0.60 of the first; with 4 held-out patients one
+    # seed gave 0.65 (4 positive pairs are too few for a stable AUC), and float rounding differs
+    # between CPUs and thread counts
+    x, ids, patients, roles = _cohort(n_train=8, n_held=8)
     tr, va = patient_split(patients, [i for i, r in enumerate(roles) if r == "train"], 0.25, 0)
     cfg = _cfg(epochs=12, patience=12, learning_rate=0.01, batch_pairs=4, negatives_per_positive=3)
     model, history = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=5, device="cpu")
-    assert history[-1]["loss"] < 0.85 * history[0]["loss"], history
+    assert min(r["loss"] for r in history) < 0.75 * history[0]["loss"], history
     # verification on held-out patients: scans of one patient score higher than scans of two
     held = [i for i, r in enumerate(roles) if r == "heldout"]
     feats = embed_all(model, x, torch.device("cpu"))
@@ -257,7 +261,9 @@ def test_near_duplicates_count_flags_and_right_attributions():
 
 
 def test_evaluate_space_end_to_end_on_an_easy_cohort():
-    x, ids, patients, roles = _cohort(n_train=8, n_held=4)
+    # scan noise 0.05 of the pattern's spread: re-identification is easy (AUC >= 0.99, precision@1 1.0
+    # for filter seeds 0-7 on one thread); at 0.15 the AUC ranged 0.83-1.0 over seeds and CPUs
+    x, ids, patients, roles = _cohort(n_train=8, n_held=4, noise=0.05)
     train_rows = [i for i, r in enumerate(roles) if r == "train"]
     tr, va = patient_split(patients, train_rows, 0.25, 0)
     cfg = _cfg(epochs=8, patience=8, learning_rate=0.003, batch_pairs=4, negatives_per_positive=3)
