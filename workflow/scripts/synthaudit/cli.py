@@ -20,10 +20,11 @@ def _validate(args) -> int:
     except ParamsError as e:
         print(e, file=sys.stderr)
         return 2
+    from .config import resolve_datasets, with_sweep
     from .sources import SourceError, plan_dataset
 
-    try:
-        for name, ds in params["datasets"].items():
+    try:  # as the workflow does: training_from entries read their training side from the named dataset
+        for name, ds in resolve_datasets(with_sweep(params)).items():
             p = plan_dataset(name, ds)
             print(f"{name}: {len(p.train)} training, {len(p.heldout)} held-out, "
                   f"{len(p.synthetic)} synthetic volumes")
@@ -41,8 +42,12 @@ def _where(args) -> int:
     print("\nsynthaudit results")
     for d in params["datasets"]:
         print(f"  [{d}]")
-        for m in params["relict"]["measures"]:
-            print(f"    ranking ({m}):   results/relict/{d}/ranking_{m}.tsv")
+        rankings = sorted((root / "results/relict" / d).glob("ranking_*.tsv"))
+        for path in rankings:  # the measures this dataset was ranked by (its own list, its levels)
+            m = path.stem.removeprefix("ranking_")
+            print(f"    ranking ({m}):{' ' * max(1, 16 - len(m))}{path.relative_to(root)}")
+        if not rankings:
+            print("    rankings:         not computed yet")
         print(f"    figures:          results/figures/{d}/")
         print(f"    registration QC:  results/preprocessed/{d}/qc.tsv, qc_montage.png")
     print(f"  metrics:            {metrics.relative_to(root)}")
