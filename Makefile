@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 
-.PHONY: demo test install lint report privacy anonymise augmentation dvc-repro clean bench bench-quick
+.PHONY: demo test install lint report privacy anonymise augmentation feature-study dvc-repro clean bench bench-quick
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ anonymise: $(STAMP)
 augmentation: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) augmentation_all
 
+# the feature-level study that chose relict.features: every candidate encoder, smoothing and pooling
+# grid scored on the demos' truth (README "Feature level"; results/tables/feature_study.md)
+feature-study: $(STAMP)
+	$(BIN)/snakemake $(PROFILE) feature_study_all
+
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 
@@ -47,11 +52,13 @@ report: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m synthaudit.bench --scale ncct tof
 	$(BIN)/python -m synthaudit.bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
+	$(BIN)/python -m synthaudit.bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
 
 bench-quick: $(STAMP)
 	$(BIN)/python -m synthaudit.bench --scale quick
 	$(BIN)/python -m synthaudit.bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
+	$(BIN)/python -m synthaudit.bench.embedding --spacing 2 --out results/bench/embedding_2mm.json
 
 clean:
 	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \
-	       results/plots results/report.html logs benchmarks .snakemake
+	       results/plots results/feature_study results/report.html logs benchmarks .snakemake

@@ -151,3 +151,29 @@ def test_generator_settings_are_checked_with_the_key_named(params):
     p = copy.deepcopy(params)
     p["relict"]["recall"]["measure"] = "dice_binary"
     assert "relict.recall.measure" in _error(p)
+
+
+def test_feature_options_and_the_study_are_checked(params):
+    p = copy.deepcopy(params)
+    p["relict"]["features"].update(intensity="hu", input_window=None, grid=0)
+    p["feature_study"]["datasets"] = ["ncct_demo", "nosuch", "ncct_ldm"]
+    p["feature_study"]["networks"]["bad"] = {"extractor": "astra_resnet152", "input_window": [-100, 200]}
+    msg = _error(p)
+    assert "relict.features.grid" in msg  # schema: a grid of 0 cells
+    p["relict"]["features"]["grid"] = [4, 4, 2]
+    msg = _error(p)
+    assert "relict.features.input_window: needed by intensity hu" in msg
+    assert "feature_study.datasets: 'nosuch' is not a dataset" in msg
+    assert "feature_study.datasets: 'ncct_ldm' has no rating and no known truth" in msg
+    assert "feature_study.networks.bad.input_window" in msg
+
+
+def test_validate_command_plans_every_dataset_of_the_shipped_params(root, capsys):
+    """`python -m synthaudit validate` resolves training_from as the workflow does (it used to fail
+    on the shipped params.yaml with a KeyError)."""
+    from synthaudit.cli import main
+
+    assert main(["validate", str(root / "params.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "ncct_demo_hard: 22 training, 10 held-out, 22 synthetic volumes" in out
+    assert "ncct_ldm_n2:" in out and out.rstrip().endswith("valid")

@@ -13,7 +13,7 @@ from workflow_helpers import ROOT, env, image_level_only, tiny_params, write_par
 
 pytestmark = pytest.mark.workflow
 
-STAGES = ("cohort", "preprocess", "synthetic", "privacy", "anonymise", "relict", "figures")
+STAGES = ("cohort", "preprocess", "synthetic", "privacy", "anonymise", "relict", "feature_study", "figures")
 
 
 PROFILE = {}
@@ -50,6 +50,7 @@ def repo(tmp_path_factory):
     demo["demo"].update(n_patients=5, n_heldout_patients=2)
     demo["synthetic"]["spiked"].update(n_replicas=3, n_nonreplicas=3)
     params["relict"]["measures"] = ["mae", "rmse"]
+    params["feature_study"]["networks"] = {"r10": {"extractor": "medicalnet_resnet10", "seed": 0}}  # the stage's mechanics
     write_params(repo, params)
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.org"]
     run(["git", "init", "-q"], repo)
@@ -82,7 +83,8 @@ def test_changing_n_reruns_only_relict_and_after(repo):
     params["relict"]["n_closest"] = 3
     write_params(path, params)
     out = run(["dvc", "repro"], path)
-    assert ran_stages(out) == {"relict", "anonymise", "figures"}, out  # anonymise reads results/relict
+    # anonymise reads results/relict; the feature-level study scores with relict.n_closest
+    assert ran_stages(out) == {"relict", "anonymise", "feature_study", "figures"}, out
     diff = run(["dvc", "metrics", "diff", "--json"], path, stdout_only=True)
     changes = json.loads(diff)["results/metrics/relict.json"]
     assert changes["ncct_demo.mae.n_closest_used"] == {"old": 4, "new": 3, "diff": -1}

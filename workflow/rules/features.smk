@@ -29,3 +29,72 @@ rule features_all:
          if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d]) and (s == "synthetic" or d in OWN_TRAINING)],
         # the anonymisation stage's real test set: held-out patients' embeddings
         [f"results/relict/features/{d}/{s}.npz" for d in ANON_DATASETS for s in ("train", "heldout")],
+
+
+# Choosing the feature level by measurement (params.yaml `feature_study`): every
+# candidate network embeds a dataset once, its feature map pooled onto every grid;
+# each (network, grid, scaling, measure) is scored against the dataset's truth or
+# rating exactly as the workflow scores a measure. `make feature-study`; results/feature_study/.
+STUDY = config.get("feature_study") or {"datasets": [], "networks": {}}
+STUDY_DATASETS = [d for d in STUDY["datasets"] if d in DATASETS]
+STUDY_NETWORKS = list(STUDY["networks"])
+
+
+rule feature_study:
+    input:
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        synthetic=lambda wc: synthetic_images(wc.dataset),
+        ratings=lambda wc: ratings_file(wc.dataset),
+    output:
+        "results/feature_study/{dataset}/{network}.tsv",
+    log:
+        "logs/feature_study/{dataset}/{network}.log",
+    benchmark:
+        "benchmarks/feature_study/{dataset}/{network}.tsv"
+    params:
+        name=lambda wc: wc.network,
+        network=lambda wc: STUDY["networks"][wc.network],
+        grids=STUDY.get("grids"),
+        scalings=STUDY.get("scalings"),
+        n_closest=config["relict"]["n_closest"],
+        threshold_step=config["relict"]["evaluation"]["threshold_step"],
+        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
+        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
+    threads: 2
+    resources:
+        mem_mb=8000,
+    wildcard_constraints:
+        dataset=_alternatives(STUDY_DATASETS),
+        network=_alternatives(STUDY_NETWORKS),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/feature_study.py"
+
+
+rule feature_study_table:
+    input:
+        [f"results/feature_study/{d}/{n}.tsv" for d in STUDY_DATASETS for n in STUDY_NETWORKS],
+    output:
+        table="results/feature_study/table.tsv",
+        markdown="results/feature_study/table.md",
+        metrics="results/metrics/feature_study.json",
+        figure=report("results/feature_study/feature_study.png", caption="../report/feature_study.rst",
+                      category="Feature level"),
+    log:
+        "logs/feature_study_table.log",
+    params:
+        default=config["relict"]["features"],
+        networks=STUDY["networks"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/feature_study_table.py"
+
+
+rule feature_study_all:
+    input:
+        rules.feature_study_table.output if STUDY_DATASETS and STUDY_NETWORKS else [],

@@ -259,6 +259,33 @@ def _cross_field_problems(params: dict) -> list[str]:
     out.extend(_privacy_problems(params))
     out.extend(_anonymise_problems(params))
     out.extend(_alignment_problems(params))
+    out.extend(_feature_problems(params))
+    return out
+
+
+def _feature_problems(params: dict) -> list[str]:
+    """The feature-level study scores against a truth: each of its datasets needs a rating
+    (or a spiked set's truth); an intensity window belongs to intensity hu only."""
+    out = []
+    feats = params["relict"]["features"]
+    if (feats.get("intensity") == "hu") != (feats.get("input_window") is not None):
+        out.append("relict.features.input_window: needed by intensity hu (the preprocessing window in HU), "
+                   "meaningless otherwise; set both or neither")
+    study = params.get("feature_study")
+    if not study:
+        return out
+    datasets = params["datasets"]
+    for name in study["datasets"]:
+        ds = datasets.get(name)
+        if ds is None:
+            out.append(f"feature_study.datasets: {name!r} is not a dataset (known: {sorted(datasets)})")
+        elif not (ds.get("ratings") or ds["synthetic"]["source"] == "spiked"):
+            out.append(f"feature_study.datasets: {name!r} has no rating and no known truth (a spiked set); "
+                       "the study scores candidates against one")
+    for name, net in study["networks"].items():
+        if (net.get("intensity") == "hu") != (net.get("input_window") is not None):
+            out.append(f"feature_study.networks.{name}.input_window: needed by intensity hu, meaningless "
+                       "otherwise")
     return out
 
 
