@@ -202,7 +202,9 @@ def test_comparison_runs_every_method_and_seed(comparison):
     assert set(art["decoders"]) == {0, 1} and set(art["shared"]) == set(methods) - {"CVAE online var 0.5",
                                                                                   "CVAE online var 1"}
     for r in rows:
-        assert 0 <= r["auc"] <= 1 and {"auc_noise_1", "auc_noise_3"} <= set(r)
+        assert {"auc_noise_1", "auc_noise_3"} <= set(r)
+        if r["method"] in ("original", "2-Same"):  # separable classes, every seed: the probe must find them
+            assert r["auc"] > 0.9, r
 
 
 def test_comparison_shows_the_papers_trends(comparison):

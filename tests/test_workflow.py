@@ -63,6 +63,9 @@ def _user_dataset(tmp_path, layout):
         for f in sorted(syn.glob("gen_*.nii.gz")):
             v = nib.load(f).get_fdata()
             save_volume(syn / "labels" / f.name, (v > v.mean()).astype(np.uint8), AFFINE)
+        # lesion-free scans on both sides: a training scan and a synthetic volume with empty label maps
+        save_volume(data / "labelsTr" / "pat1_s1.nii.gz", np.zeros(SHAPE, np.uint8), AFFINE)
+        save_volume(syn / "labels" / "gen_d.nii.gz", np.zeros(SHAPE, np.uint8), AFFINE)
     else:
         ds.pop("segmentation")
     if layout == "nnunet":
@@ -75,6 +78,7 @@ def _user_dataset(tmp_path, layout):
     ds["ratings"] = str(tmp_path / "ratings.tsv")
     p["datasets"] = {"mydata": ds}
     p["anonymise"]["datasets"] = {}
+    p["feature_study"]["datasets"] = []
     p["relict"]["alignment"]["datasets"] = []
     p["generator_sweep"]["dataset"] = None
     p["privacy"]["training_sets"] = []
@@ -103,7 +107,12 @@ def test_user_folder_of_registered_nifti(tmp_path, layout):
         rows = {r["synthetic_id"]: r for r in read_tsv(wd / f"results/relict/mydata/ranking_{measure}.tsv")}
         assert rows["gen_a"]["closest_training_id"] == "pat0_s1"
         assert rows["gen_b"]["closest_training_id"] == "pat2_s0"
-        assert {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"1", "2"}
+        if measure == "dice_binary":  # two lesion-free maps agree: distance 0, ranked first (README, Definitions)
+            assert rows["gen_d"]["closest_training_id"] == "pat1_s1" and float(rows["gen_d"]["score"]) == 0.0
+            assert rows["gen_d"]["rank"] == "1" and {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"2", "3"}
+            assert all(np.isfinite(float(r["score"])) for r in rows.values())
+        else:
+            assert {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"1", "2"}
     assert metrics["mydata"]["rmse"]["balanced_accuracy"] == 1.0
     assert metrics["mydata"]["rmse"]["n_closest_used"] == 3
     # the gathered matrix is the unsharded one, rows and columns in the planned order
@@ -236,7 +245,10 @@ def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
     write_params(wd, p)
     snakemake(wd, "relict_all", "filter_all")
     m = json.loads((wd / "results/metrics/relict.json").read_text())
-    assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 1.0
+    # gen_d (a non-replica) and training scan pat1_s1 are both lesion-free: Dice distance 0, so the
+    # segmentation level calls gen_d a replica (README, Definitions); the two true replicas are found
+    assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 0.75
+    assert m["mydata"]["dice_binary"]["sensitivity"] == 1.0
     rejected = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/rejected.tsv")}
     kept = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/kept.tsv")}
     assert rejected == {"b2_x", "b2_y"} and kept == {"b2_z"}
@@ -267,7 +279,7 @@ for f in inp.glob('*_0000.nii.gz'):
     assert sorted(x.name for x in made if not x.name.startswith(".")) == sorted(
         x.name for x in preds.iterdir())
     m = json.loads((wd / "results/metrics/relict.json").read_text())
-    assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 1.0
+    assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 0.75  # as above, from the command's predictions
 
 
 def test_anonymisation_refuses_unusable_labels_before_any_job(tmp_path):

@@ -29,7 +29,7 @@ def tiny_params() -> dict:
     pre["registration"]["iterations"] = 100
     sp = ds["synthetic"]["spiked"]
     sp["n_replicas"], sp["n_nonreplicas"] = 5, 4
-    ds["segmentation"]["source"] = "unet"  # the demo uses its labels; the tests train the U-Net too
+    ds["segmentation"]["source"] = "unet"  # as the demo: the U-Net trained in the workflow (3 epochs here)
     unet = ds["segmentation"]["unet"]
     unet.update(epochs=3, patch_size=[24, 24, 24], batch_size=2, channels=[8, 16, 32])
     tof = p["datasets"]["tof_demo"]
@@ -37,6 +37,7 @@ def tiny_params() -> dict:
     tof["synthetic"]["spiked"].update(n_replicas=4, n_nonreplicas=4)
     tof["measures"] = ["rmse", "dice_multiclass", "asd_multiclass"]  # its finding; every level runs on ncct_demo
     p["datasets"].pop("tof_demo_batch2")  # training_from and the filter: tested on a user dataset
+    p["datasets"].pop("ncct_demo_hard")  # the feature-level study's harder set: the study runs on ncct_demo here
     p["datasets"]["ncct_ldm"]["measures"] = ["rmse"]  # what its filter, recall and sweep read; all levels: ncct_demo
     ldm = p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]  # the generator at seconds-size
     ldm["n_samples"] = 4
@@ -49,6 +50,12 @@ def tiny_params() -> dict:
     p["datasets"]["ncct_demo_aug"]["measures"] = ["rmse"]  # MAE's alignment: tests/test_alignment.py
     p["relict"]["alignment"].update(measures=["rmse"], candidates=4)
     p["relict"]["n_closest"] = 4
+    # the feature-level study on one dataset: the configured network (its result must equal the
+    # workflow's own feature level) and a small one, two grids
+    configured = {k: p["relict"]["features"][k] for k in ("extractor", "seed", "smoothing_voxels")}
+    p["feature_study"].update(datasets=["ncct_demo"], grids=[1, p["relict"]["features"]["grid"]], scalings=["none"],
+                              networks={"configured": configured,
+                                        "r10": {"extractor": "medicalnet_resnet10", "seed": 0}})
     p["relict"]["review"]["top_k"] = 2  # rating-sheet pages (~1 s each)
     p["relict"]["evaluation"]["bootstrap"]["n"] = 50
     priv = p["privacy"]  # image (4 mm / 4) and latent filters at seconds-size
