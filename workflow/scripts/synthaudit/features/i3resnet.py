@@ -43,7 +43,7 @@ means divided by the sums of the stem filters give the mean training input,
 
 * ``"zscore"`` (default): the volume is z-scored, as RELICT does for MedicalNet,
   then shifted and scaled to the training input's mean and standard deviation
-  (:data:`TRAIN_MEAN`, :data:`TRAIN_STD`). It works for any intensity scale and
+  (:data:`TRAIN_MOMENTS`). It works for any intensity scale and
   does not depend on the preprocessing window. A plain z-score would not do:
   on a CT head (MNI CT template, 2 mm, windowed to [-100, 200] HU) it gave stem
   activations with about 12x the variance the stem's BatchNorm expects, and an
@@ -98,7 +98,6 @@ CHECKPOINT_PREFIXES = ("visual_encoder.model.encode_image.i3_resnet.", "encode_i
 # sum| is 0.38 for Astra and 0.24 for Merlin; Merlin's 0.21 is its 0.24 scaled by Astra's
 # ratio of tuned value to statistic (0.33 / 0.38).
 TRAIN_MOMENTS = {"astra": (0.365, 0.33), "merlin": (0.295, 0.21)}
-TRAIN_MEAN, TRAIN_STD = TRAIN_MOMENTS["astra"]
 
 
 class Bottleneck3d(nn.Module):
@@ -222,9 +221,6 @@ def load_i3resnet_weights(path: str | Path) -> InflatedResNet152:
     floats = {k: v.float() if v.is_floating_point() else v for k, v in state.items()}
     model.load_state_dict(floats, strict=True, assign=True)
     return model
-
-
-load_astra_weights = load_i3resnet_weights  # the name earlier releases exported
 
 
 def i3resnet_map_shape(shape: Sequence[int]) -> tuple[int, int, int]:
