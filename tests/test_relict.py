@@ -293,3 +293,24 @@ def test_evaluate_measure():
     assert result["auc"] == 1.0  # small ratio = replica, so scores are -ratio
     assert (result["n_synthetic"], result["n_replicas"], result["n_nonreplicas"]) == (5, 3, 2)
     assert len(result["sweep"]) == 7
+
+
+def test_out_of_sample_interval_is_not_the_apparent_accuracy():
+    """Separable ratios: the threshold tuned on all of them has balanced accuracy 1 (RELICT's
+    apparent number); a threshold tuned on a resample sits in the resample's gap and misses the
+    left-out volumes nearest the boundary, so the out-of-sample interval reaches below 1."""
+    from synthaudit.relict.uncertainty import bootstrap_ci
+
+    scores = np.array([0.10, 0.20, 0.30, 0.47, 0.50, 0.56, 0.60, 0.90])
+    truth = np.array([True, True, True, True, False, False, False, False])
+    assert evaluate_measure(scores, truth)["balanced_accuracy"] == 1.0
+    ci = bootstrap_ci(scores, truth, 0.01, n_boot=400, seed=0)
+    assert ci["n_used"] >= 300 and "out-of-bag" in ci["method"]
+    assert ci["balanced_accuracy"][0] < 1.0 and ci["out_of_sample"]["balanced_accuracy"] < 0.99
+    assert ci == bootstrap_ci(scores, truth, 0.01, n_boot=400, seed=0)  # seeded
+    # a wide gap: every threshold a resample can tune still separates the left-out volumes
+    wide = bootstrap_ci(np.array([0.1, 0.11, 0.12, 0.13, 0.9, 0.91, 0.92, 0.93]), truth, 0.01, n_boot=200, seed=1)
+    assert wide["balanced_accuracy"] == [1.0, 1.0] and wide["out_of_sample"]["balanced_accuracy"] == 1.0
+    # too few volumes of a class for left-out scoring: no interval rather than a made-up one
+    few = bootstrap_ci(scores[3:], truth[3:], 0.01, n_boot=100, seed=0)
+    assert few["balanced_accuracy"] is None and few["out_of_sample"]["balanced_accuracy"] is None

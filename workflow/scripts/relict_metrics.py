@@ -32,10 +32,14 @@ with logged(snakemake.log[0]) as log:
             if d in evaluations:
                 ev = evaluations[d]["measures"][m]
                 e.update({k: ev[k] for k in KEYS})
-                ci = ev.get("ci") or {}
+                ci = ev.get("ci") or {}  # out-of-bag bootstrap: tuned on a resample, scored on the rest
                 for k in ("threshold", "balanced_accuracy", "sensitivity", "specificity"):
                     if ci.get(k) is not None:
                         e[f"{k}_ci_low"], e[f"{k}_ci_high"] = ci[k]
+                for k in ("balanced_accuracy", "sensitivity", "specificity"):
+                    value = (ci.get("out_of_sample") or {}).get(k)
+                    if value is not None:
+                        e[f"{k}_out_of_sample"] = value
             entry[m] = e
         if d in augmentation:  # detection per replica kind (plain and each augmentation)
             for m, kinds in augmentation[d].items():
