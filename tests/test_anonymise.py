@@ -118,6 +118,21 @@ def test_k_same_groups_k_to_2k_minus_1_same_class_vectors_into_centroids():
         k_same(x, y, 12, seed=0, class_names=["a", "b"])
 
 
+def test_k_same_check_counts_the_vectors_outside_the_validation_patients():
+    from synthaudit.anonymise.data import label_problems, validation_mask
+
+    labels = ["a"] * 6 + ["b"] * 6
+    val = [True, True] + [False] * 4 + [True, True] + [False] * 4
+    assert label_problems(labels, ["a", "b"], [5]) == []
+    problems = label_problems(labels, ["a", "b"], [5], val)
+    assert problems == ["k-Same with k=5: class(es) {'a': 4, 'b': 4} have fewer than 5 training vectors outside "
+                        "the validation patients; lower or remove that k (anonymise.k_same)"]
+    patients = [f"p{i // 2}" for i in range(12)]
+    mask = validation_mask(labels, patients, None, 0.34, 0)  # whole patients, every class validated
+    assert {labels[i] for i in np.flatnonzero(mask)} == {"a", "b"} and mask.sum() == 4
+    assert validation_mask(labels, patients, ["val"] + ["train"] * 11, 0.34, 0).tolist() == [True] + [False] * 11
+
+
 # --- CVAE and probe ------------------------------------------------------------------
 
 def test_cvae_learns_shares_its_decoder_and_samples_the_class_proportions(tmp_path):
@@ -205,6 +220,22 @@ def test_comparison_runs_every_method_and_seed(comparison):
         assert {"auc_noise_1", "auc_noise_3"} <= set(r)
         if r["method"] in ("original", "2-Same"):  # separable classes, every seed: the probe must find them
             assert r["auc"] > 0.9, r
+
+
+def test_every_method_shares_the_same_training_patients_and_probes_stop_on_real_validation(comparison):
+    """Di Salvo et al.'s protocol: the validation patients are held back from every method (they
+    early-stop the CVAE and every probe); original, k-Same and the CVAE share sets of one size."""
+    rows, art, _ = comparison
+    n_fit = 80 - len(art["validation_ids"])  # 40 patients x 2 scans
+    assert 0 < len(art["validation_ids"]) < 80 and len(art["train_scaled"]) == n_fit
+    for r in rows:
+        if r["family"] != "CVAE online":
+            assert r["n_shared"] == n_fit, r
+    original, _ = art["shared"]["original"]
+    np.testing.assert_array_equal(original, art["train_scaled"])  # the validation patients are not in it
+    from synthaudit.anonymise.probe import train_probe_online
+    with pytest.raises(TypeError):
+        train_probe_online(lambda n, g: None, 10, 4, 2, CFG["probe"], 0)  # no validation features: refused
 
 
 def test_comparison_shows_the_papers_trends(comparison):

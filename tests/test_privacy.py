@@ -260,6 +260,25 @@ def test_near_duplicates_count_flags_and_right_attributions():
     assert out["replica_flagged_and_attributed"] == 0.5 and out["nonreplica_flag_rate"] == 1.0
 
 
+def test_non_replicas_from_held_out_scans_are_judged_without_their_patient():
+    truth = [{"kind": "replica", "source_patient": "A"}, {"kind": "nonreplica", "source_patient": "H1"},
+             {"kind": "nonreplica", "source_patient": "H2"}, {"kind": "nonreplica", "source_patient": "new"}]
+    best = [0.9, 0.8, 0.8, 0.8]
+    flags = filtering.truth_flags(best, truth, tau=0.85, lopo={"H1": 0.7, "H2": 0.95})
+    assert flags.tolist() == [True, True, False, False]  # H1's own scan set the overall tau above it
+    assert filtering.truth_flags(best, truth, tau=0.75, lopo=None).tolist() == [True, True, True, True]
+
+
+def test_balanced_pairs_keep_every_positive_and_as_many_seeded_negatives():
+    same = np.array([True, False, False, True, False, False, False, False, False, True])
+    keep = filtering.balanced_pairs(same, seed=3)
+    assert same[keep].sum() == 3 and (~same[keep]).sum() == 3 and list(keep) == sorted(keep)
+    np.testing.assert_array_equal(keep, filtering.balanced_pairs(same, seed=3))
+    assert not np.array_equal(keep, filtering.balanced_pairs(same, seed=4))
+    few_negatives = np.array([True, True, False])
+    assert filtering.balanced_pairs(few_negatives, 0).tolist() == [0, 1, 2]
+
+
 def test_evaluate_space_end_to_end_on_an_easy_cohort():
     # scan noise 0.05 of the pattern's spread: re-identification is easy (AUC >= 0.99, precision@1 1.0
     # for filter seeds 0-7 on one thread); at 0.15 the AUC ranged 0.83-1.0 over seeds and CPUs
@@ -282,6 +301,9 @@ def test_evaluate_space_end_to_end_on_an_easy_cohort():
                          filters, retrieval, cfg, truth=truth)
     s = out["summary"]
     assert s["verification"]["auc"] >= 0.9 and s["retrieval"]["precision_at_1"] >= 0.75
+    bal = s["verification_balanced"]  # 4 held-out patients: 4 positive pairs, 4 of the 24 negatives
+    assert bal["n_positive"] == bal["n_negative"] == 4 and s["verification"]["n_negative"] == 24
+    assert "equal-size" in bal["pairs"] and bal["auc"] >= 0.75
     assert len(s["tau_per_filter"]) == 2 and s["tau"] == s["tau_per_filter"][0]
     rows = out["decisions"]
     assert [r["id"] for r in rows] == [f"s{i}" for i in range(6)]

@@ -11,7 +11,7 @@ import json
 import numpy as np
 
 from synthaudit.anonymise.cvae import save_decoder
-from synthaudit.anonymise.data import LabelError, label_problems, read_labels
+from synthaudit.anonymise.data import LabelError, label_problems, read_labels, validation_mask
 from synthaudit.anonymise.evaluate import Split, compare, summarise
 from synthaudit.features.compare import load_embeddings
 from synthaudit.io import atomic_path, write_json, write_tsv
@@ -28,7 +28,12 @@ with logged(snakemake.log[0]) as log:
 
     train, meta = split(snakemake.input.train, "training")
     test, _ = split(snakemake.input.test, "held-out (test)")
-    problems = label_problems(train.labels, test.labels, cfg["k_same"])
+    try:
+        validation = validation_mask(train.labels, train.patients, train.splits, cfg["validation_fraction"],
+                                     cfg["split_seed"])
+    except LabelError:
+        validation = None  # reported below with the other problems of these labels
+    problems = label_problems(train.labels, test.labels, cfg["k_same"], validation)
     if problems:
         raise LabelError(f"anonymisation of {snakemake.wildcards.dataset} (labels {snakemake.input.labels}, column "
                          f"{spec['column']!r}):\n  - " + "\n  - ".join(problems))

@@ -78,14 +78,31 @@ def read_labels(path: str | Path, column: str, ids: Sequence[str], what: str) ->
     return labels, splits
 
 
-def label_problems(train_labels: Sequence[str], test_labels: Sequence[str], k_values: Sequence[int]) -> list[str]:
+def validation_mask(labels: Sequence[str], patients: Sequence[str], splits: Sequence[str] | None, fraction: float,
+                    seed: int) -> np.ndarray:
+    """The validation patients of a training set: a ``split`` column's ``val`` rows when the
+    labels give one, else :func:`validation_split` (stratified by class, whole patients).
+
+    They are held back from every method (original, k-Same, CVAE) and early-stop the CVAE
+    and every probe (Di Salvo et al.'s protocol)."""
+    if splits is not None and "val" in splits:
+        return np.array([s == "val" for s in splits])
+    y, _ = encode(labels)
+    return validation_split(y, patients, fraction, seed)
+
+
+def label_problems(train_labels: Sequence[str], test_labels: Sequence[str], k_values: Sequence[int],
+                   validation: Sequence[bool] | None = None) -> list[str]:
     """Why these labels cannot support the comparison (empty when they can).
 
     Checked before any training: at least two training classes, test classes among them
     and at least two of them (an AUC needs both), and every class with at least k
-    training vectors for each k of k-Same.
+    anonymised training vectors (the training set without its ``validation`` rows) for
+    each k of k-Same.
     """
     counts = Counter(train_labels)
+    fit_counts = counts if validation is None else Counter(
+        lab for lab, v in zip(train_labels, validation) if not v)
     out = []
     if len(counts) < 2:
         out.append(f"the training labels hold a single class {sorted(counts)}; a classifier needs two")
@@ -96,9 +113,10 @@ def label_problems(train_labels: Sequence[str], test_labels: Sequence[str], k_va
         out.append(f"the held-out (test) scans hold a single class {sorted(set(test_labels))}: the AUC is undefined; "
                    "hold out patients of every class")
     for k in sorted(k_values):
-        small = {c: n for c, n in sorted(counts.items()) if n < k}
+        small = {c: fit_counts.get(c, 0) for c in sorted(counts) if fit_counts.get(c, 0) < k}
         if small:
-            out.append(f"k-Same with k={k}: class(es) {small} have fewer than {k} training vectors; "
+            where = "" if validation is None else " outside the validation patients"
+            out.append(f"k-Same with k={k}: class(es) {small} have fewer than {k} training vectors{where}; "
                        "lower or remove that k (anonymise.k_same)")
     return out
 

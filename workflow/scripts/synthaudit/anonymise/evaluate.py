@@ -3,6 +3,9 @@
 For every seed: the real training features shared as they are (the reference), k-Same
 for each k, and the CVAE at each sampling variance, offline (a stored set of N decoded
 vectors, Algorithm 1) and online (the probe sees fresh decoder samples every batch).
+As in the paper's protocol, every method works from the same training patients (the
+validation patients are held back from all of them: the original set, k-Same and the
+CVAE alike) and every linear probe is early-stopped on the real validation patients.
 Every set is measured on one common scale (``data.CommonScale``):
 
 * **D** - average nearest-neighbour Euclidean distance from the shared vectors to the
@@ -40,7 +43,7 @@ from ..features.compare import all_pairs_feature_measures
 from ..privacy.filtering import calibrate, decide
 from ..relict.ratio import distance_ratio
 from .cvae import Decoder, anonymise, decode, sample_labels, train_cvae
-from .data import CommonScale, encode, validation_split
+from .data import CommonScale, encode, validation_mask
 from .ksame import k_same
 from .probe import auc, train_probe, train_probe_online
 
@@ -116,11 +119,6 @@ def _noisy_aucs(model, test: np.ndarray, y_test: np.ndarray, n_classes: int, sig
     return out
 
 
-def _probe_split(y: np.ndarray, fraction: float, seed: int) -> np.ndarray:
-    """Validation rows of a shared set: stratified by class, rows as their own groups."""
-    return validation_split(y, [str(i) for i in range(len(y))], fraction, seed)
-
-
 def compare(train: Split, test: Split, cfg: Mapping, log=None, device: str = "cpu",
             threads: int = 1) -> tuple[list[dict], dict]:
     """Run every method for every seed.
@@ -152,25 +150,27 @@ def _compare(train: Split, test: Split, cfg: Mapping, log, device: str) -> tuple
     y, classes = encode(train.labels)
     y_test, _ = encode(test.labels, classes)
     n_classes = len(classes)
-    class_counts = np.bincount(y, minlength=n_classes)
     proj = cfg["projection"]
     scale = CommonScale.fit(train.features, proj["dim"], proj["seed"])
     f = scale.transform(train.features)
     t = scale.transform(test.features)
-    if train.splits is not None and "val" in train.splits:
-        val = np.array([s == "val" for s in train.splits])
-    else:
-        val = validation_split(y, train.patients, cfg["validation_fraction"], cfg["split_seed"])
-    audit = Audit(f, train.ids, train.patients, t, cfg["audit"]["n_closest"], cfg["audit"]["replica_percentile"],
-                  cfg["audit"]["flag_percentile"], warn=(log.warning if log is not None else None))
+    val = validation_mask(train.labels, train.patients, train.splits, cfg["validation_fraction"], cfg["split_seed"])
+    # Di Salvo et al.'s protocol: every method anonymises the same training patients (the
+    # validation patients are held back from all of them), and every probe is early-stopped
+    # on those real validation patients
+    fit, y_fit, patients_fit = f[~val], y[~val], [p for p, v in zip(train.patients, val) if not v]
+    f_val, y_val = f[val], y[val]
+    audit = Audit(fit, [i for i, v in zip(train.ids, val) if not v], patients_fit, t, cfg["audit"]["n_closest"],
+                  cfg["audit"]["replica_percentile"], cfg["audit"]["flag_percentile"],
+                  warn=(log.warning if log is not None else None))
     probe_cfg, sigmas = cfg["probe"], cfg["noise_sigmas"]
+    class_counts = np.bincount(y_fit, minlength=n_classes)
     rows, artefacts = [], {"scale": scale, "classes": classes, "decoders": {}, "histories": {}, "shared": {},
-                           "validation_ids": [i for i, v in zip(train.ids, val) if v], "train_scaled": f,
-                           "train_labels": y, "heldout_reference": audit.reference}
+                           "validation_ids": [i for i, v in zip(train.ids, val) if v], "train_scaled": fit,
+                           "train_labels": y_fit, "heldout_reference": audit.reference}
 
     def offline(method: str, family: str, setting, seed: int, shared: np.ndarray, labels: np.ndarray) -> None:
-        pval = _probe_split(labels, cfg["validation_fraction"], seed)
-        model, info = train_probe(shared[~pval], labels[~pval], shared[pval], labels[pval], n_classes, probe_cfg, seed)
+        model, info = train_probe(shared, labels, f_val, y_val, n_classes, probe_cfg, seed)
         row = {"method": method, "family": family, "setting": setting, "seed": seed, "n_shared": len(shared),
                **_noisy_aucs(model, t, y_test, n_classes, sigmas, seed), **audit(shared), "probe_epochs": info["epochs"]}
         rows.append(row)
@@ -181,30 +181,35 @@ def _compare(train: Split, test: Split, cfg: Mapping, log, device: str) -> tuple
                      row["replica_rate"], row["flag_rate"])
 
     for seed in cfg["seeds"]:
-        offline("original", "original", None, seed, f, y)
+        offline("original", "original", None, seed, fit, y_fit)
         for k in cfg["k_same"]:
-            shared, _ = k_same(f, y, int(k), seed, classes)
-            offline(f"{k}-Same", "k-Same", int(k), seed, shared, y)
-        model, history = train_cvae(f[~val], y[~val], f[val], y[val], n_classes, cfg["cvae"], seed, device, log)
+            shared, _ = k_same(fit, y_fit, int(k), seed, classes)
+            offline(f"{k}-Same", "k-Same", int(k), seed, shared, y_fit)
+        model, history = train_cvae(fit, y_fit, f_val, y_val, n_classes, cfg["cvae"], seed, device, log)
         artefacts["decoders"][seed], artefacts["histories"][seed] = model.decoder, history
         for variance in cfg["sampling_variances"]:
-            shared, labels = anonymise(model.decoder, class_counts, len(f), float(variance), seed)
+            shared, labels = anonymise(model.decoder, class_counts, len(fit), float(variance), seed)
             offline(f"CVAE offline var {variance:g}", "CVAE offline", float(variance), seed, shared, labels)
-            online(model.decoder, float(variance), seed, class_counts, len(f), n_classes, probe_cfg, t, y_test,
-                   sigmas, rows, log)
+            online(model.decoder, float(variance), seed, class_counts, len(fit), n_classes, probe_cfg, t, y_test,
+                   sigmas, rows, log, validation=(f_val, y_val))
     return rows, artefacts
 
 
 def online(decoder: Decoder, variance: float, seed: int, class_counts: np.ndarray, n: int, n_classes: int,
-           probe_cfg: Mapping, test: np.ndarray, y_test: np.ndarray, sigmas, rows: list, log=None) -> None:
-    """Online anonymisation: the probe never sees a stored set, only fresh decoder samples."""
+           probe_cfg: Mapping, test: np.ndarray, y_test: np.ndarray, sigmas, rows: list, log=None,
+           validation: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    """Online anonymisation: the probe never sees a stored set, only fresh decoder samples
+    (early-stopped on ``validation``, the real validation patients)."""
 
     def sample(m: int, generator: torch.Generator):
         rng = np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
         labels = sample_labels(class_counts, m, rng, exact=False)  # Algorithm 1, step 3
         return decode(decoder, labels, variance, generator), labels
 
-    model, info = train_probe_online(sample, n, decoder.n_features, n_classes, probe_cfg, seed)
+    if validation is None:
+        raise ValueError("the online probe is early-stopped on real validation features; give validation=(x, y)")
+    model, info = train_probe_online(sample, n, decoder.n_features, n_classes, validation[0], validation[1],
+                                     probe_cfg, seed)
     row = {"method": f"CVAE online var {variance:g}", "family": "CVAE online", "setting": variance, "seed": seed,
            "n_shared": 0, **_noisy_aucs(model, test, y_test, n_classes, sigmas, seed), "probe_epochs": info["epochs"]}
     rows.append(row)

@@ -2,8 +2,10 @@
 
 Offline: trained on a stored feature set. Online (paper 3.4 / 4.3): no stored set at
 all - every batch is freshly decoded from the shared CVAE decoder. Both use Adam and
-early stopping on a validation loss (cross-entropy), the best weights kept. AUC on the
-real test set: binary ROC AUC, or the macro one-vs-rest mean for more classes.
+early stopping on the cross-entropy of the real validation patients (never a split of
+the shared set, nor decoded vectors: what is measured is how a probe trained on the
+shared data does on real patients), the best weights kept. AUC on the real test set:
+binary ROC AUC, or the macro one-vs-rest mean for more classes.
 """
 
 from __future__ import annotations
@@ -57,16 +59,15 @@ def train_probe(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarr
 
 
 def train_probe_online(sample: Callable[[int, torch.Generator], tuple[np.ndarray, np.ndarray]], n_per_epoch: int,
-                       n_features: int, n_classes: int, cfg: Mapping, seed: int) -> tuple[nn.Linear, dict]:
+                       n_features: int, n_classes: int, x_val: np.ndarray, y_val: np.ndarray, cfg: Mapping,
+                       seed: int) -> tuple[nn.Linear, dict]:
     """Linear layer trained on fresh samples every batch; ``sample(n, generator)`` -> (x, y).
 
     An epoch is ``n_per_epoch`` fresh vectors (the size of the training set, so the
-    number of optimiser steps matches the offline probe's); validation is one fixed
-    decoded set of ``n_per_epoch`` vectors drawn from an independent stream.
+    number of optimiser steps matches the offline probe's); early stopping watches the
+    loss on ``(x_val, y_val)``, the real validation patients, as for every other method.
     """
     gen = torch.Generator().manual_seed(int(seed))
-    val_gen = torch.Generator().manual_seed(int(seed) + 1_000_003)
-    x_val, y_val = sample(n_per_epoch, val_gen)
     batch = int(cfg["batch_size"])
 
     def batches(epoch):
