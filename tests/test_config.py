@@ -175,5 +175,23 @@ def test_validate_command_plans_every_dataset_of_the_shipped_params(root, capsys
 
     assert main(["validate", str(root / "params.yaml")]) == 0
     out = capsys.readouterr().out
-    assert "ncct_demo_hard: 22 training, 10 held-out, 22 synthetic volumes" in out
+    assert "ncct_demo_hard: 22 training, 22 held-out, 22 synthetic volumes" in out
     assert "ncct_ldm_n2:" in out and out.rstrip().endswith("valid")
+
+
+def test_where_command_prints_the_calibrated_copy_counts(root, tmp_path, capsys):
+    """`python -m synthaudit where` reads results/metrics/copies.json (Dar et al.'s two numbers)."""
+    import json
+    import shutil
+
+    from synthaudit.cli import main
+
+    shutil.copy(root / "params.yaml", tmp_path / "params.yaml")
+    (tmp_path / "results/metrics").mkdir(parents=True)
+    (tmp_path / "results/metrics/copies.json").write_text(json.dumps({"mine": {
+        "rate": 0.05, "n_heldout": 22, "n_copies": 3, "percent_synthetic_copies": 12.5,
+        "n_patients_copied": 2, "percent_patients_copied": 100 * 2 / 11}}))
+    assert main(["where", "--root", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "mine: 3 synthetic volume(s) called copies at a false-positive rate of 0.05 (12.5 %), " \
+           "2 training patient(s) copied (18.2 %); 22 held-out scans" in out

@@ -67,6 +67,8 @@ def test_first_repro_runs_every_stage_and_writes_metrics(repo):
     assert ran_stages(first) == set(STAGES)
     metrics = json.loads((path / "results/metrics/relict.json").read_text())
     assert set(metrics["ncct_demo"]) == {"mae", "rmse"}
+    copies = json.loads((path / "results/metrics/copies.json").read_text())  # calibrated copy counts
+    assert copies["ncct_demo"]["rate"] == 0.2 and copies["ncct_demo"]["n_heldout"] >= 4
     assert (path / "results/report.html").stat().st_size > 10_000
     assert "analytics = false" in (path / ".dvc/config").read_text()
 

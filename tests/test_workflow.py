@@ -257,7 +257,10 @@ def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
     assert not (wd / "results/preprocessed/batch2").exists()  # the training side was not redone
     assert not (wd / "results/relict/segmentation/batch2/labels/pat1_s0.nii.gz").exists()
 
-    # the command path: a stand-in for nnUNetv2_predict with nnU-Net's -i/-o contract
+    # the command path: a stand-in for nnUNetv2_predict with nnU-Net's -i/-o contract; the command
+    # labels the held-out scans too (they calibrate the segmentation level), so it finds theirs
+    for f in sorted((data / "labelsTs").glob("*.nii.gz")):
+        shutil.copy(f, preds / f.name)
     fake = tmp_path / "bin" / "fake_nnunet_predict"
     fake.parent.mkdir()
     fake.write_text(f"""#!{__import__('sys').executable}
@@ -303,5 +306,7 @@ def test_anonymisation_refuses_unusable_labels_before_any_job(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert "the held-out (test) scans hold a single class ['B']" in out
-    assert "k-Same with k=3: class(es) {'B': 2} have fewer than 3 training vectors" in out
+    # k-Same anonymises the training patients without the validation ones (one of A's two patients)
+    assert ("k-Same with k=3: class(es) {'A': 2, 'B': 2} have fewer than 3 training vectors outside the "
+            "validation patients") in out
     assert not (wd / "results").exists()

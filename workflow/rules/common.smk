@@ -285,9 +285,10 @@ def nnunet_prediction(wildcards):
 
 
 def all_volume_ids(dataset):
-    """What a segmentation model must label: the synthetic volumes, and the training
-    volumes unless the dataset shares them (training_from), whose labels exist already."""
-    own = [s.id for s in PLANS[dataset].train] if TRAINING_OF[dataset] == dataset else []
+    """What a segmentation model must label: the synthetic volumes, and the training and
+    held-out volumes unless the dataset shares them (training_from), whose labels exist
+    already (held-out label maps calibrate the segmentation level's replica calls)."""
+    own = [s.id for s in PLANS[dataset].train + PLANS[dataset].heldout] if TRAINING_OF[dataset] == dataset else []
     return own + [v.id for v in PLANS[dataset].synthetic]
 
 
@@ -339,6 +340,47 @@ def generator_training_ids(dataset, subset_only=False):
 def generator_training_images(wildcards):
     base = TRAINING_OF[wildcards.dataset]
     return [f"results/preprocessed/{base}/images/{i}.nii.gz" for i in generator_training_ids(wildcards.dataset)]
+
+
+# Calibrated replica calls (relict.calibration): a training set's held-out scans, scored
+# against it by every measure its synthetic sets use, are the null of "a new patient".
+# Segmentation measures need held-out label maps: the user's labels, or the segmenter's.
+CALIBRATION = config["relict"].get("calibration") or {"rate": 0.05}
+
+
+def heldout_labels_available(base):
+    seg = config["datasets"][base].get("segmentation")
+    if not seg:
+        return False
+    if seg["source"] == "labels":
+        return all(has_label(base, s.id) for s in PLANS[base].heldout)
+    if seg["source"] == "nnunet" and seg["nnunet"]["predictions"]:
+        return all(Path(seg["nnunet"]["predictions"], f"{s.id}.nii.gz").is_file() for s in PLANS[base].heldout)
+    return True  # unet, or an nnU-Net command: they label the held-out scans too
+
+
+CALIBRATION_BASES = [b for b in OWN_TRAINING if PLANS[b].heldout]
+HELDOUT_MEASURES = {
+    b: [m for m in MEASURES + ALIGNED_MEASURES
+        if any(TRAINING_OF[d] == b and m in MEASURES_BY_DS[d] for d in DATASETS)
+        and (measure_levels.get(m).level != "segmentation" or heldout_labels_available(b))]
+    for b in CALIBRATION_BASES}
+CALIBRATED = {d: [m for m in MEASURES_BY_DS[d] if m in HELDOUT_MEASURES.get(TRAINING_OF[d], [])] for d in DATASETS}
+COPIES_DATASETS = [d for d in REVIEWED_DATASETS if CALIBRATED[d]]
+
+
+def heldout_matrix(wildcards):
+    """The held-out scans' distances to the training set for this measure ([] when not calibrated)."""
+    if wildcards.measure not in CALIBRATED[wildcards.dataset]:
+        return []
+    return f"results/relict/{TRAINING_OF[wildcards.dataset]}/heldout/{wildcards.measure}.npz"
+
+
+def heldout_source_patients(wildcards):
+    """Synthetic volumes made from a held-out scan (spiked non-replicas) -> that scan's patient."""
+    base = PLANS[TRAINING_OF[wildcards.dataset]]
+    held = {s.id: s.patient_id for s in base.heldout}
+    return {r["id"]: held[r["source_id"]] for r in plan(wildcards).spiked if r.get("source_id") in held}
 
 
 # Generative-model recall: every dataset whose training set has held-out volumes (the
@@ -449,18 +491,24 @@ def anonymise_labels(wildcards):
 
 def _check_user_labels():
     """User labels exist before any job: refuse bad ones now, not after the embeddings."""
-    from synthaudit.anonymise.data import LabelError, label_problems, read_labels
+    from synthaudit.anonymise.data import LabelError, label_problems, read_labels, validation_mask
 
     for dataset, spec in ANON["datasets"].items():
         if not spec["labels"]:
             continue  # the demo's own table, checked when it exists
         where = f"anonymise.datasets.{dataset}"
         try:
-            train, _ = read_labels(spec["labels"], spec["column"], [s.id for s in PLANS[dataset].train], "training")
+            train, splits = read_labels(spec["labels"], spec["column"], [s.id for s in PLANS[dataset].train],
+                                        "training")
             test, _ = read_labels(spec["labels"], spec["column"], [s.id for s in PLANS[dataset].heldout], "held-out")
         except LabelError as e:
             raise WorkflowError(f"{where}: {e}") from None
-        problems = label_problems(train, test, ANON["k_same"])
+        try:
+            validation = validation_mask(train, [s.patient_id for s in PLANS[dataset].train], splits,
+                                         ANON["validation_fraction"], ANON["split_seed"])
+        except LabelError:
+            validation = None
+        problems = label_problems(train, test, ANON["k_same"], validation)
         if problems:
             raise WorkflowError(f"{where} ({spec['labels']}, column {spec['column']!r}):\n  - " + "\n  - ".join(problems))
 

@@ -1,43 +1,7 @@
 # Generative-model recall and memorisation (Dombrowski et al. 4.3, Table 4): which
 # training volumes the synthetic set covers, against held-out real volumes as the
-# reference. Needs the held-out real volumes' distances to the training set, computed
-# once per training set with the same measure code as RELICT.
-
-
-use rule relict_measure as relict_heldout_measure with:
-    input:
-        synthetic=lambda wc: preprocessed_images(wc.dataset, role="heldout"),
-        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
-        training_qc=training_qc,
-        grid=grid_json,
-    output:
-        "results/relict/{dataset}/heldout/{measure}.npz",
-    log:
-        "logs/relict_heldout_measure/{dataset}/{measure}.log",
-    benchmark:
-        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
-    params:
-        synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
-        training_ids=lambda wc: [s.id for s in plan(wc).train],
-        ssim=config["relict"]["ssim"],
-    wildcard_constraints:
-        dataset=_alternatives(RECALL_BASES),
-        measure=_alternatives(IMAGE_MEASURES),
-
-
-use rule relict_feature_measure as relict_heldout_feature_measure with:
-    input:
-        synthetic="results/relict/features/{dataset}/heldout.npz",
-        training="results/relict/features/{dataset}/train.npz",
-    output:
-        "results/relict/{dataset}/heldout/{measure}.npz",
-    log:
-        "logs/relict_heldout_feature_measure/{dataset}/{measure}.log",
-    benchmark:
-        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
-    wildcard_constraints:
-        dataset=_alternatives(RECALL_BASES),
-        measure=_alternatives(FEATURE_MEASURES),
+# reference. Reads the held-out real volumes' distances to the training set (relict.smk:
+# computed once per training set with the same measure code as RELICT).
 
 
 rule relict_recall:

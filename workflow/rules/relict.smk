@@ -134,15 +134,100 @@ rule relict_align:
         "../scripts/relict_align.py"
 
 
+# The held-out real scans against the training set, once per training set and measure: the
+# null of "a new patient" for calibrated replica calls (and the reference of recall).
+use rule relict_measure as relict_heldout_measure with:
+    input:
+        synthetic=lambda wc: preprocessed_images(wc.dataset, role="heldout"),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        training_qc=training_qc,
+        grid=grid_json,
+    output:
+        "results/relict/{dataset}/heldout/{measure}.npz",
+    log:
+        "logs/relict_heldout_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    params:
+        synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        ssim=config["relict"]["ssim"],
+    wildcard_constraints:
+        dataset=_alternatives(CALIBRATION_BASES),
+        measure=_alternatives(IMAGE_MEASURES),
+
+
+use rule relict_feature_measure as relict_heldout_feature_measure with:
+    input:
+        synthetic="results/relict/features/{dataset}/heldout.npz",
+        training="results/relict/features/{dataset}/train.npz",
+    output:
+        "results/relict/{dataset}/heldout/{measure}.npz",
+    log:
+        "logs/relict_heldout_feature_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(CALIBRATION_BASES),
+        measure=_alternatives(FEATURE_MEASURES),
+
+
+use rule relict_segmentation_measure as relict_heldout_segmentation_measure with:
+    input:
+        synthetic=lambda wc: [seg_label_path(wc.dataset, s.id, False) for s in plan(wc).heldout],
+        training=lambda wc: seg_labels(wc.dataset, "train"),
+        grid=grid_json,
+    output:
+        "results/relict/{dataset}/heldout/{measure}.npz",
+    log:
+        "logs/relict_heldout_segmentation_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    params:
+        synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
+    wildcard_constraints:
+        dataset=_alternatives([b for b in CALIBRATION_BASES if any(m in SEG_MEASURES for m in HELDOUT_MEASURES[b])]),
+        measure=_alternatives(SEG_MEASURES),
+
+
+use rule relict_align as relict_heldout_align with:
+    input:
+        synthetic=lambda wc: preprocessed_images(wc.dataset, role="heldout"),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        plain=lambda wc: [f"results/relict/{wc.dataset}/heldout/{m}.npz" for m in ALIGN["measures"]],
+        grid=grid_json,
+    output:
+        measures=[f"results/relict/{{dataset}}/heldout/{m}.npz" for m in ALIGNED_MEASURES],
+        table="results/relict/{dataset}/heldout/alignment.tsv",
+    log:
+        "logs/relict_heldout_align/{dataset}.log",
+    benchmark:
+        "benchmarks/relict_heldout_align/{dataset}.tsv"
+    params:
+        alignment=ALIGN,
+        measures=ALIGN["measures"],
+        synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+    wildcard_constraints:
+        dataset=_alternatives([b for b in CALIBRATION_BASES if any(m in ALIGNED_MEASURES for m in HELDOUT_MEASURES[b])]),
+
+
 rule relict_ratio:
     input:
-        "results/relict/{dataset}/measures/{measure}.npz",
+        measure="results/relict/{dataset}/measures/{measure}.npz",
+        heldout=heldout_matrix,
     output:
-        "results/relict/{dataset}/ranking_{measure}.tsv",
+        ranking="results/relict/{dataset}/ranking_{measure}.tsv",
+        null="results/relict/{dataset}/calibration/{measure}.tsv",
     log:
         "logs/relict_ratio/{dataset}/{measure}.log",
     params:
         n_closest=config["relict"]["n_closest"],
+        rate=CALIBRATION["rate"],
+        heldout_patients=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].heldout},
+        source_patients=heldout_source_patients,
     threads: 1
     resources:
         mem_mb=2000,
@@ -163,6 +248,7 @@ rule relict_evaluate_measure:
         "logs/relict_evaluate_measure/{dataset}/{measure}.log",
     params:
         evaluation=config["relict"]["evaluation"],
+        rate=CALIBRATION["rate"],
     threads: 1
     resources:
         mem_mb=1000,
@@ -207,8 +293,10 @@ rule relict_metrics:
         # each dataset's embeddings name the extractor and the pooling grid used on its grid
         features=[f"results/relict/features/{d}/synthetic.npz" for d in FEATURE_DATASETS],
         augmentation=[f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],
+        copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
     output:
-        "results/metrics/relict.json",
+        relict="results/metrics/relict.json",
+        copies="results/metrics/copies.json",
     log:
         "logs/relict_metrics.log",
     params:
@@ -216,6 +304,7 @@ rule relict_metrics:
         rated=RATED_DATASETS,
         augmented=AUGMENTED_DATASETS,
         feature_datasets=FEATURE_DATASETS,
+        copies_datasets=COPIES_DATASETS,
         measures=MEASURES_BY_DS,
         n_closest=config["relict"]["n_closest"],
     threads: 1
@@ -225,6 +314,37 @@ rule relict_metrics:
         "../../envs/relict.yaml"
     script:
         "../scripts/relict_metrics.py"
+
+
+rule relict_copies:
+    input:
+        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in CALIBRATED[wc.dataset]],
+        nulls=lambda wc: [f"results/relict/{wc.dataset}/calibration/{m}.tsv" for m in CALIBRATED[wc.dataset]],
+        ratings=lambda wc: ratings_file(wc.dataset) or [],
+    output:
+        calls="results/relict/{dataset}/calibrated_calls.tsv",
+        table=report("results/relict/{dataset}/copies.tsv", caption="../report/copies.rst",
+                     category="Calibrated calls", subcategory="{dataset}"),
+        summary="results/relict/{dataset}/copies.json",
+        figure=report("results/figures/{dataset}/calibration.png", caption="../report/calibration.rst",
+                      category="Calibrated calls", subcategory="{dataset}"),
+    log:
+        "logs/relict_copies/{dataset}.log",
+    params:
+        measures=lambda wc: CALIBRATED[wc.dataset],
+        rate=CALIBRATION["rate"],
+        patient_of=lambda wc: {s.id: s.patient_id for s in plan(wc).train},
+        source_patients=heldout_source_patients,
+        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
+    threads: 1
+    resources:
+        mem_mb=1000,
+    wildcard_constraints:
+        dataset=_alternatives(COPIES_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/relict_copies.py"
 
 
 rule relict_all:

@@ -5,7 +5,7 @@ import numpy as np
 from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.ratings import consensus, read_ratings
-from synthaudit.relict.evaluate import evaluate_measure
+from synthaudit.relict.evaluate import calibrated_performance, evaluate_measure
 from synthaudit.relict.summary import read_ranking
 from synthaudit.relict.uncertainty import bootstrap_ci
 
@@ -24,8 +24,15 @@ with logged(snakemake.log[0]) as log:
     b = ev["bootstrap"]
     result["ci"] = bootstrap_ci(scores, truth, ev["threshold_step"], b["n"], b["seed"], b["level"])
     result["n_unrated"] = len(rows) - len(rated)
+    calls = [r["calibrated_replica"] for r in rated]
+    if calls and all(c is not None for c in calls):  # the held-out-calibrated call next to the rating-tuned one
+        result["calibrated"] = calibrated_performance(np.array(calls, bool), truth, snakemake.params.rate)
     write_json(snakemake.output.summary, result)
     ci = result["ci"]["balanced_accuracy"]
-    log.info("%s: threshold %.2f, balanced accuracy %.3f (%s), AUC %.3f", snakemake.wildcards.measure,
+    log.info("%s: threshold %.2f, balanced accuracy %.3f (out of sample: %s), AUC %.3f", snakemake.wildcards.measure,
              result["threshold"], result["balanced_accuracy"],
              "no CI" if ci is None else f"{100 * b['level']:.0f}% CI {ci[0]:.3f}-{ci[1]:.3f}", result["auc"])
+    if "calibrated" in result:
+        c = result["calibrated"]
+        log.info("%s: calibrated at rate %.3f: %d called, sensitivity %s, specificity %s", snakemake.wildcards.measure,
+                 c["rate"], c["n_called"], c["sensitivity"], c["specificity"])

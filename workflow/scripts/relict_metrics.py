@@ -1,4 +1,6 @@
-"""Snakemake adapter: results/metrics/relict.json, aggregates only (for `dvc metrics diff`)."""
+"""Snakemake adapter: results/metrics/relict.json (per dataset and measure) and
+results/metrics/copies.json (per dataset: Dar et al.'s copy counts from the calibrated calls),
+aggregates only (for `dvc metrics diff`). Two files so that every entry of relict.json is a measure."""
 
 import json
 
@@ -17,6 +19,7 @@ with logged(snakemake.log[0]) as log:
                     for d, p in zip(snakemake.params.augmented, snakemake.input.augmentation)}
     embedding_meta = {d: load_embeddings(f)[2] for d, f in zip(snakemake.params.feature_datasets,
                                                                   snakemake.input.features)}
+    copies = {d: json.loads(open(f).read()) for d, f in zip(snakemake.params.copies_datasets, snakemake.input.copies)}
     metrics = {}
     for d in snakemake.params.datasets:
         entry = {}
@@ -24,6 +27,10 @@ with logged(snakemake.log[0]) as log:
             rows = read_ranking(next(rankings))
             e = {"level": levels.get(m).level, "n_closest_used": rows[0]["n_used"],
                  "min_score": min(r["score"] for r in rows)}
+            called = [r["calibrated_replica"] for r in rows if r["calibrated_replica"] is not None]
+            if called:  # held-out-calibrated calls (relict.calibration)
+                e["calibrated_n_called"] = int(sum(called))
+                e["calibration_n_heldout"] = min(r["n_null"] for r in rows)
             if levels.get(m).level == "feature":
                 meta = embedding_meta[d]
                 e["extractor"] = meta["label"]  # says "untrained" when no weights were given
@@ -40,11 +47,23 @@ with logged(snakemake.log[0]) as log:
                     value = (ci.get("out_of_sample") or {}).get(k)
                     if value is not None:
                         e[f"{k}_out_of_sample"] = value
+                for k in ("sensitivity", "specificity", "balanced_accuracy"):  # calibrated, next to the tuned ones
+                    value = (ev.get("calibrated") or {}).get(k)
+                    if value is not None:
+                        e[f"calibrated_{k}"] = value
             entry[m] = e
         if d in augmentation:  # detection per replica kind (plain and each augmentation)
             for m, kinds in augmentation[d].items():
                 for kind, values in kinds.items():
                     entry[m][f"by_kind_{kind}"] = values
         metrics[d] = entry
-    write_json(snakemake.output[0], metrics)
-    log.info("metrics for %d dataset(s): %s", len(metrics), snakemake.output[0])
+    copy_counts = {}
+    for d, summary in copies.items():  # combined calibrated calls: any measure calls it at the rate
+        c = summary["combined"]
+        copy_counts[d] = {"rate": summary["rate"], "n_heldout": summary["n_heldout"],
+                          **{k: c[k] for k in ("n_copies", "percent_synthetic_copies", "n_patients_copied",
+                                               "percent_patients_copied", "sensitivity", "specificity",
+                                               "balanced_accuracy") if c.get(k) is not None}}
+    write_json(snakemake.output.relict, metrics)
+    write_json(snakemake.output.copies, copy_counts)
+    log.info("metrics for %d dataset(s): %s", len(metrics), snakemake.output.relict)

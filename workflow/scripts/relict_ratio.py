@@ -1,32 +1,70 @@
-"""Snakemake adapter: distance ratio and ranking of the synthetic volumes for one measure.
+"""Snakemake adapter: distance ratio, ranking and calibrated calls of the synthetic volumes for one measure.
 
 Image and feature level rank by the distance ratio; the segmentation level ranks by
-the absolute distance to the closest training volume (RELICT 2.4).
+the absolute distance to the closest training volume (RELICT 2.4). When the training set
+has held-out scans, their scores (same measure, same n, same code) are the null of a new
+patient: each synthetic volume gets its empirical false-positive rate and a call at
+``relict.calibration.rate`` (synthaudit.relict.calibration), and the null table records the
+held-out scans' own leave-patient-out rates.
 """
 
 import numpy as np
 
 from synthaudit.io import write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict import levels
+from synthaudit.relict import calibration, levels
 from synthaudit.relict.ratio import distance_ratio, ranking_rows
-from synthaudit.relict.summary import RANKING_COLUMNS
+from synthaudit.relict.summary import CALIBRATION_COLUMNS, RANKING_COLUMNS
+
+NULL_COLUMNS = ["heldout_id", "patient_id", "closest_training_id", "score", "fpr", "n_null", "called"]
 
 with logged(snakemake.log[0]) as log:
-    npz = np.load(snakemake.input[0])
+    npz = np.load(snakemake.input.measure)
     measure = str(npz["measure"])
     use_ratio = levels.get(measure).uses_ratio
+    training_ids = list(npz["training_ids"])
     result = distance_ratio(npz["distances"], snakemake.params.n_closest, warn=log.warning)
-    rows = ranking_rows(list(npz["synthetic_ids"]), list(npz["training_ids"]), result, measure, use_ratio)
-    columns = RANKING_COLUMNS
+    rows = ranking_rows(list(npz["synthetic_ids"]), training_ids, result, measure, use_ratio)
+    columns = RANKING_COLUMNS + CALIBRATION_COLUMNS
     if "transform" in npz.files:  # aligned measures: which transform matched the closest volume
         row_of = {sid: i for i, sid in enumerate(npz["synthetic_ids"])}
         col_of = {tid: j for j, tid in enumerate(npz["training_ids"])}
         for r in rows:
             r["transform"] = str(npz["transform"][row_of[r["synthetic_id"]], col_of[r["closest_training_id"]]]) \
                 or "identity"
-        columns = RANKING_COLUMNS + ["transform"]
-    write_tsv(snakemake.output[0], rows, columns)
+        columns = columns + ["transform"]
+    null_rows = []
+    if snakemake.input.heldout:
+        rate = snakemake.params.rate
+        held = np.load(snakemake.input.heldout)
+        if list(held["training_ids"]) != training_ids:
+            raise ValueError(f"{snakemake.input.heldout} and {snakemake.input.measure} list different training volumes")
+        held_ids = [str(i) for i in held["synthetic_ids"]]
+        patients = snakemake.params.heldout_patients
+        ratio = distance_ratio(held["distances"], snakemake.params.n_closest, warn=lambda message: None)
+        null = calibration.Null(held_ids, [patients[i] for i in held_ids],
+                                ratio.ratio if use_ratio else ratio.closest_distance,
+                                [training_ids[j] for j in ratio.closest])
+        sources = snakemake.params.source_patients
+        calls = calibration.calibrate(np.array([r["score"] for r in rows]), null, rate,
+                                      [sources.get(r["synthetic_id"]) for r in rows])
+        for r, fpr, n, called in zip(rows, calls["fpr"], calls["n_null"], calls["called"]):
+            r.update(fpr=float(fpr), n_null=int(n), calibrated_replica=int(called))
+        check = calibration.heldout_check(null, rate)
+        null_rows = [{"heldout_id": i, "patient_id": p, "closest_training_id": c, "score": float(s),
+                      "fpr": float(f), "n_null": int(n), "called": int(k)}
+                     for i, p, c, s, f, n, k in zip(null.ids, null.patients, null.closest, null.scores,
+                                                    check["fpr"], check["n_null"], check["called"])]
+        smallest = calibration.min_rate(int(calls["n_null"].max()) if len(rows) else len(held_ids))
+        if smallest > rate:
+            log.warning("%s: %d held-out scans can support no rate below %.3f, above the calibration rate %.3f: "
+                        "nothing can be called; at least %d held-out scans are needed", measure, len(held_ids),
+                        smallest, rate, calibration.min_heldout(rate))
+        log.info("%s: %d of %d synthetic volumes called replicas at a false-positive rate of %.3f "
+                 "(%d held-out scans; %d of them called when left out)", measure, int(calls["called"].sum()),
+                 len(rows), rate, len(held_ids), int(check["called"].sum()))
+    write_tsv(snakemake.output.ranking, rows, columns)
+    write_tsv(snakemake.output.null, null_rows, NULL_COLUMNS)
     log.info("%s: ranked %d synthetic volumes by %s (n=%d); most likely replica %s (score %.4f)", measure,
              len(rows), "distance ratio" if use_ratio else "absolute distance", result.n_used,
              rows[0]["synthetic_id"], rows[0]["score"])

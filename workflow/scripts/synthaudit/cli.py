@@ -60,6 +60,13 @@ def _where(args) -> int:
                     print(f"    {d:>12} {m:>5}: balanced accuracy {_f(e['balanced_accuracy'])} at threshold "
                           f"{_f(e['threshold'])} (sensitivity {_f(e['sensitivity'])}, specificity "
                           f"{_f(e['specificity'])}, AUC {_f(e['auc'])})")
+    copies = root / "results/metrics/copies.json"
+    if copies.is_file():  # calibrated calls against the held-out scans, combined over the measures
+        print(f"  calibrated copies:  {copies.relative_to(root)}, results/relict/<dataset>/copies.tsv")
+        for d, c in json.loads(copies.read_text()).items():
+            print(f"    {d:>12}: {c['n_copies']} synthetic volume(s) called copies at a false-positive rate of "
+                  f"{c['rate']:g} ({_pct(c.get('percent_synthetic_copies'))}), {c['n_patients_copied']} training "
+                  f"patient(s) copied ({_pct(c.get('percent_patients_copied'))}); {c['n_heldout']} held-out scans")
     privacy = root / "results/metrics/privacy.json"
     if privacy.is_file():
         print(f"  privacy filters:    {privacy.relative_to(root)}, results/privacy/<training set>/<space>/")
@@ -75,6 +82,10 @@ def _where(args) -> int:
 
 def _f(v) -> str:
     return "NA" if v is None else f"{v:.3f}"
+
+
+def _pct(v) -> str:
+    return "NA" if v is None else f"{v:.1f} %"
 
 
 def main(argv=None) -> int:

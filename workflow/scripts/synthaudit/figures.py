@@ -165,3 +165,50 @@ def loss_figure(path, histories: dict[str, list[dict]], title: str) -> None:
         ax.grid(alpha=0.3)
     fig.suptitle(title)
     _save(fig, path)
+
+
+def calibration_figure(path, rankings: dict[str, list[dict]], nulls: dict[str, list[dict]], rate: float,
+                       truth: dict[str, str] | None, title: str) -> None:
+    """Each synthetic volume's score against the held-out null, one panel per measure.
+
+    Held-out real scans (grey) are the scores of new patients; synthetic volumes are drawn
+    filled when called at ``rate`` (their false-positive rate at most ``rate``), coloured by
+    the known truth when there is one. The dashed line is the whole pool's calibrated
+    threshold (scores below it are called).
+    """
+    from .relict import calibration, levels
+
+    truth = truth or {}
+    n = len(rankings)
+    ncols = min(n, 3)
+    nrows = (n + ncols - 1) // ncols
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.2 * ncols, 3.2 * nrows), squeeze=False)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    rng = np.random.default_rng(0)  # horizontal jitter only
+    colours = {"replica": "#d73027", "": "#4575b4"}
+    for ax, (measure, rows) in zip(axes.flat, rankings.items()):
+        null = np.array([float(r["score"]) for r in nulls[measure]], float)
+        ax.scatter(rng.uniform(-0.15, 0.15, null.size), null, s=14, color="#999999", label="held-out real")
+        for r in rows:
+            kind = truth.get(r["synthetic_id"], "")
+            colour = colours.get(kind, "#4575b4")
+            called = bool(r.get("calibrated_replica"))
+            ax.scatter(1 + rng.uniform(-0.15, 0.15), r["score"], s=22, edgecolor=colour,
+                       facecolor=colour if called else "none")
+        t = calibration.threshold(null, rate)
+        if t is not None and np.isfinite(t):
+            ax.axhline(t, color="#b2182b", ls="--", lw=1)
+        m = levels.get(measure)
+        ax.set_xticks([0, 1], ["held-out", "synthetic"])
+        ax.set_ylabel("distance ratio" if m.uses_ratio else f"distance{(' (' + m.unit + ')') if m.unit else ''}")
+        ax.set_title(MEASURE_LABELS.get(measure, measure), fontsize=9)
+    handles = [plt.Line2D([], [], marker="o", ls="", color="#999999", label="held-out real scan"),
+               plt.Line2D([], [], marker="o", ls="", color="#4575b4", label=f"called at {rate:g}", markerfacecolor="#4575b4"),
+               plt.Line2D([], [], marker="o", ls="", color="#4575b4", label="not called", markerfacecolor="none")]
+    if "replica" in truth.values():
+        handles.append(plt.Line2D([], [], marker="o", ls="", color="#d73027", label="replica (truth)"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), fontsize=8, frameon=False)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.95))
+    save_figure(fig, path)

@@ -136,6 +136,23 @@ def evaluate_measure(ratios: np.ndarray, is_replica: np.ndarray, step: float = 0
     return result
 
 
+def calibrated_performance(called: np.ndarray, is_replica: np.ndarray, rate: float) -> dict:
+    """Sensitivity, specificity and balanced accuracy of held-out-calibrated calls against a rating.
+
+    The calls were made without the rating (synthaudit.relict.calibration), so unlike the
+    rating-tuned threshold these numbers carry no optimism from tuning on the same volumes.
+    A rate whose class is absent from the rating is None.
+    """
+    called, labels = np.asarray(called, bool), np.asarray(is_replica, bool)
+    if called.shape != labels.shape:
+        raise ValueError(f"{called.size} calls but {labels.size} labels")
+    sensitivity = float(called[labels].mean()) if labels.any() else None
+    specificity = float((~called[~labels]).mean()) if (~labels).any() else None
+    balanced = (sensitivity + specificity) / 2 if sensitivity is not None and specificity is not None else None
+    return {"rate": float(rate), "n_called": int(called.sum()), "sensitivity": sensitivity,
+            "specificity": specificity, "balanced_accuracy": balanced}
+
+
 def _check(values, labels) -> tuple[np.ndarray, np.ndarray]:
     values = np.asarray(values, dtype=np.float64).ravel()
     labels = np.asarray(labels, dtype=bool).ravel()

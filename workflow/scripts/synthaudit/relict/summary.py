@@ -13,14 +13,23 @@ from .evaluate import evaluate_measure
 
 RANKING_COLUMNS = ["synthetic_id", "closest_training_id", "distance", "mean_n_closest", "ratio", "score",
                    "n_used", "rank"]
+# calibrated replica calls (relict.calibration): NA when the training set has no held-out scans
+CALIBRATION_COLUMNS = ["fpr", "n_null", "calibrated_replica"]
 
 
 def read_ranking(path) -> list[dict]:
+    """A ranking table with numbers parsed; ``fpr`` and ``calibrated_replica`` are None when
+    the volume was not calibrated (or the file predates calibration)."""
     rows = read_tsv(path)
     for r in rows:
         for k in ("distance", "mean_n_closest", "ratio", "score"):
             r[k] = float(r[k])
         r["rank"], r["n_used"] = int(r["rank"]), int(r["n_used"])
+        fpr = r.get("fpr", "NA")
+        r["fpr"] = None if fpr in ("NA", "") else float(fpr)
+        r["n_null"] = None if r.get("n_null", "NA") in ("NA", "") else int(r["n_null"])
+        called = r.get("calibrated_replica", "NA")
+        r["calibrated_replica"] = None if called in ("NA", "") else called == "1"
     return rows
 
 

@@ -1,0 +1,91 @@
+"""Calibrated replica calls against held-out scans, and per-patient copy counts."""
+
+import numpy as np
+import pytest
+
+from synthaudit.relict import calibration as C
+from synthaudit.relict.copies import copy_table, headline
+
+
+def _null(scores, patients=None):
+    n = len(scores)
+    patients = patients or [f"h{i // 2}" for i in range(n)]  # two scans per held-out patient
+    return C.Null([f"x{i}" for i in range(n)], patients, np.asarray(scores, float), ["t0"] * n)
+
+
+def test_false_positive_rate_counts_held_out_scans_at_or_below_with_the_plus_one():
+    null = _null([0.5, 0.6, 0.7, 0.8])
+    out = C.calibrate(np.array([0.1, 0.6, 0.75, 2.0]), null, rate=0.4)
+    np.testing.assert_allclose(out["fpr"], [1 / 5, 3 / 5, 4 / 5, 5 / 5])  # 0.6: ties count (<=)
+    assert out["n_null"].tolist() == [4] * 4 and out["called"].tolist() == [True, False, False, False]
+
+
+def test_nothing_is_called_below_the_smallest_attainable_rate():
+    assert C.min_rate(19) == 0.05 and C.min_heldout(0.05) == 19 and C.min_heldout(0.2) == 4
+    small = _null(np.linspace(0.5, 0.9, 18))
+    assert not C.calibrate(np.array([0.0]), small, 0.05)["called"].any()  # 1/19 > 0.05
+    assert C.threshold(small.scores, 0.05) is None
+    big = _null(np.linspace(0.5, 0.9, 19))
+    assert C.calibrate(np.array([0.0]), big, 0.05)["called"].all()
+
+
+def test_threshold_is_the_boundary_of_the_calls():
+    rng = np.random.default_rng(0)
+    null = _null(rng.uniform(0.5, 1.0, 40))
+    scores = rng.uniform(0.3, 1.0, 200)
+    t = C.threshold(null.scores, 0.1)
+    np.testing.assert_array_equal(C.calibrate(scores, null, 0.1)["called"], scores < t)
+
+
+def test_no_scan_calibrates_its_own_decision():
+    """A synthetic volume made from held-out patient h1's scan is compared with the other
+    patients only; the held-out self-check leaves each patient out."""
+    null = _null([0.40, 0.41, 0.80, 0.81, 0.90, 0.91])  # patients h0, h0, h1, h1, h2, h2
+    copy_of_h1 = C.calibrate(np.array([0.80]), null, 0.5, source_patients=["h1"])
+    assert copy_of_h1["n_null"].tolist() == [4]
+    assert copy_of_h1["fpr"][0] == pytest.approx((1 + 2) / (1 + 4))  # h0's two scans are at or below
+    plain = C.calibrate(np.array([0.80]), null, 0.5)
+    assert plain["fpr"][0] == pytest.approx((1 + 3) / (1 + 6))  # with its own scan it would count itself
+    check = C.heldout_check(null, 0.5)
+    assert check["n_null"].tolist() == [4] * 6
+    np.testing.assert_allclose(check["fpr"], [1 / 5, 1 / 5, 3 / 5, 3 / 5, 5 / 5, 5 / 5])
+
+
+def test_exchangeable_volumes_are_called_at_about_the_rate_and_copies_always():
+    """Synthetic volumes drawn like the held-out scans (new patients) are called at about the
+    rate, per measure and combined over three measures; a copy (far below the null) is called."""
+    rng = np.random.default_rng(1)
+    n_held, n_syn, rate = 99, 4000, 0.1
+    held = {m: rng.normal(size=n_held) for m in ("a", "b", "c")}
+    syn = {m: rng.normal(size=n_syn) for m in ("a", "b", "c")}
+    syn = {m: np.append(v, -10.0) for m, v in syn.items()}  # the last volume: a copy
+    nulls = {m: _null(held[m], [f"h{i}" for i in range(n_held)]) for m in held}
+    fprs = {m: C.calibrate(syn[m], nulls[m], rate)["fpr"] for m in syn}
+    null_fprs = {m: C.heldout_check(nulls[m], rate)["fpr"] for m in held}
+    for m in syn:
+        assert abs(np.mean(fprs[m][:-1] <= rate) - rate) < 0.03
+    any_measure = np.mean(np.any([fprs[m][:-1] <= rate for m in syn], axis=0))
+    assert any_measure > 2 * rate  # "called by any measure" adds the measures' false positives up
+    out = C.combined(fprs, null_fprs, nulls["a"], rate)
+    assert abs(np.mean(out["called"][:-1]) - rate) < 0.03 and out["called"][-1]
+    with pytest.raises(ValueError, match="differ"):
+        C.combined(fprs, {"a": null_fprs["a"]}, nulls["a"], rate)
+    with pytest.raises(ValueError, match="rate must be in"):
+        C.calibrate(syn["a"], nulls["a"], 1.5)
+
+
+def test_copies_per_training_patient_and_the_two_percentages():
+    patient_of = {"p1_bl": "p1", "p1_fu": "p1", "p2_bl": "p2", "p2_fu": "p2", "p3_bl": "p3"}
+    calls = {"rmse": [("s1", True, "p1_bl"), ("s2", True, "p1_fu"), ("s3", False, "p2_bl"), ("s4", True, "p3_bl")],
+             "dice": [("s1", True, "p1_bl"), ("s2", False, "p2_bl"), ("s3", False, "p2_bl"), ("s4", False, "p3_bl")]}
+    combined = [("s1", True, "p1_bl"), ("s2", True, "p1_fu"), ("s3", False, "p2_bl"), ("s4", False, "p3_bl")]
+    rows, columns = copy_table(patient_of, calls, combined)
+    assert columns == ["patient_id", "n_training_scans", "rmse_copies", "dice_copies", "combined_copies", "copied_by"]
+    assert rows[0] == {"patient_id": "p1", "n_training_scans": 2, "rmse_copies": 2, "dice_copies": 1,
+                       "combined_copies": 2, "copied_by": "s1 s2"}  # two volumes copy one patient's two scans
+    assert [r["patient_id"] for r in rows] == ["p1", "p2", "p3"] and rows[2]["rmse_copies"] == 1
+    h = headline(patient_of, combined)
+    assert h["n_copies"] == 2 and h["percent_synthetic_copies"] == 50.0
+    assert h["n_patients_copied"] == 1 and h["percent_patients_copied"] == pytest.approx(100 / 3)
+    with pytest.raises(KeyError, match="not in the training set"):
+        headline(patient_of, [("s9", True, "nobody")])

@@ -1,0 +1,184 @@
+"""Calibrated replica calls: an empirical false-positive rate from held-out real scans.
+
+Why: RELICT tunes each measure's threshold on a visual rating, and a user without raters
+gets a ranking but no decision. Held-out real scans are what "a new patient" looks like to
+the same code: their distance ratio against the training set (same measure, same n, same
+ranking rule) is the null distribution of a non-replica. A synthetic volume whose score
+is lower than almost all of them is closer to one training scan than new patients ever
+are. Its empirical false-positive rate is
+
+    fpr = (1 + #{held-out scans with score <= its score}) / (1 + n_held_out)
+
+(the +1 correction of permutation tests: with n held-out scans no rate below 1 / (n + 1)
+can be claimed), and it is called a replica when ``fpr <= rate`` (``relict.calibration.rate``,
+5 % by default, like the privacy filters' 95th-percentile calibration). The smallest rate
+that can ever be reached is 1 / (n + 1): at 5 % a training set needs at least 19 held-out
+scans in the pool, or nothing is called (said in the log and the metrics).
+
+No scan calibrates its own decision: a synthetic volume made from a held-out scan (a
+spiked non-replica) is compared with the held-out scans of the *other* patients, and the
+held-out scans' own rate (the specificity check of the rule) leaves their patient out.
+
+Several measures: the combined statistic of a volume is its smallest rate over the
+measures, calibrated in turn against the same statistic of the held-out scans (each with
+its leave-patient-out rates): calling a volume when *any* measure calls it would add up
+the measures' false positives; this keeps the combined rate at ``rate`` (a max-statistic
+correction, as in permutation tests).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Null:
+    """Held-out real scans scored like synthetic volumes: the null of "a new patient".
+
+    Attributes:
+        ids, patients: Held-out scan ids and their patients.
+        scores: Their replica scores (ratio, or absolute distance at segmentation level).
+        closest: Id of each one's closest training scan.
+    """
+
+    ids: list[str]
+    patients: list[str]
+    scores: np.ndarray
+    closest: list[str]
+
+    def __post_init__(self):
+        self.scores = np.asarray(self.scores, dtype=np.float64)
+        if not (len(self.ids) == len(self.patients) == self.scores.size == len(self.closest)):
+            raise ValueError("held-out ids, patients, scores and closest training ids differ in number")
+        if np.isnan(self.scores).any():
+            raise ValueError("held-out scores contain NaN")
+
+
+def min_rate(n: int) -> float:
+    """The smallest false-positive rate ``n`` null scores can support: 1 / (n + 1)."""
+    return 1.0 / (n + 1)
+
+
+def min_heldout(rate: float) -> int:
+    """Held-out scans needed in a pool before anything can be called at ``rate``."""
+    return int(np.ceil(1.0 / rate - 1.0 - 1e-12))
+
+
+def false_positive_rates(scores: np.ndarray, null_scores: np.ndarray, pools: np.ndarray | None = None
+                         ) -> tuple[np.ndarray, np.ndarray]:
+    """Empirical false-positive rate of each score against a null, with the +1 correction.
+
+    Args:
+        scores: ``(S,)`` scores (lower = more likely a replica).
+        null_scores: ``(H,)`` null scores.
+        pools: Optional ``(S, H)`` boolean mask: the null scores each score may be compared
+            with (all when None).
+
+    Returns:
+        ``(fpr, n_pool)``: ``(1 + #{pool <= score}) / (1 + n_pool)`` and the pool sizes.
+        An empty pool gives rate 1.
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    null_scores = np.asarray(null_scores, dtype=np.float64)
+    if pools is None:
+        pools = np.ones((scores.size, null_scores.size), bool)
+    at_most = (null_scores[None, :] <= scores[:, None]) & pools
+    n_pool = pools.sum(axis=1)
+    return (1.0 + at_most.sum(axis=1)) / (1.0 + n_pool), n_pool
+
+
+def pools_without(patients: Sequence[str | None], null: Null) -> np.ndarray:
+    """``(S, H)`` mask: each row's null without the held-out scans of that row's patient (None: all)."""
+    null_patients = np.asarray(null.patients, dtype=object)
+    return np.stack([null_patients != p if p is not None else np.ones(len(null.ids), bool) for p in patients]) \
+        if len(patients) else np.ones((0, len(null.ids)), bool)
+
+
+def calibrate(scores: np.ndarray, null: Null, rate: float, source_patients: Sequence[str | None] | None = None
+              ) -> dict[str, np.ndarray]:
+    """Calibrated calls of synthetic volumes.
+
+    Args:
+        scores: ``(S,)`` replica scores of the synthetic volumes.
+        null: The held-out null of the same measure.
+        rate: Decision rate (0 < rate < 1).
+        source_patients: Per synthetic volume, the held-out patient it was made from
+            (spiked non-replicas), whose scans then leave its pool; None otherwise.
+
+    Returns:
+        ``{"fpr", "n_null", "called"}``, arrays of length S.
+    """
+    _check_rate(rate)
+    scores = np.asarray(scores, dtype=np.float64)
+    patients = list(source_patients) if source_patients is not None else [None] * scores.size
+    if len(patients) != scores.size:
+        raise ValueError(f"{len(patients)} source patients for {scores.size} scores")
+    fpr, n_pool = false_positive_rates(scores, null.scores, pools_without(patients, null))
+    return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
+
+
+def heldout_check(null: Null, rate: float) -> dict[str, np.ndarray]:
+    """The held-out scans judged by the rule, each against the other patients' scans.
+
+    The fraction called is the rule's false-positive rate on new patients (its
+    specificity is one minus it), measured without a scan calibrating its own decision.
+    """
+    _check_rate(rate)
+    fpr, n_pool = false_positive_rates(null.scores, null.scores, pools_without(null.patients, null))
+    return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
+
+
+def threshold(null_scores: np.ndarray, rate: float) -> float | None:
+    """The score below which a volume is called, for the whole pool (None: nothing can be).
+
+    With the +1 correction a score is called when at most ``k = floor(rate (n + 1)) - 1``
+    null scores are at or below it, i.e. when it is below the (k+1)-th smallest null score.
+    """
+    _check_rate(rate)
+    values = np.sort(np.asarray(null_scores, dtype=np.float64))
+    k = int(np.floor(rate * (values.size + 1) + 1e-12)) - 1
+    if k < 0:
+        return None
+    return float(values[k]) if k < values.size else float("inf")
+
+
+def combined(fprs: Mapping[str, np.ndarray], null_fprs: Mapping[str, np.ndarray], null: Null, rate: float,
+             source_patients: Sequence[str | None] | None = None) -> dict[str, np.ndarray]:
+    """Calls combining several measures, calibrated as one statistic.
+
+    The statistic is a volume's smallest rate over the measures; held-out scans get the same
+    statistic from their leave-patient-out rates (:func:`heldout_check`), and a synthetic
+    volume's combined rate is its statistic's rate against theirs (+1 correction, its own
+    source patient left out).
+
+    Args:
+        fprs: ``{measure: (S,) rates}`` of the synthetic volumes.
+        null_fprs: ``{measure: (H,) leave-patient-out rates}`` of the held-out scans, in
+            ``null``'s order, for the same measures.
+        null: The held-out scans (ids and patients; scores unused).
+        rate: Decision rate.
+        source_patients: As in :func:`calibrate`.
+
+    Returns:
+        ``{"statistic", "fpr", "n_null", "called", "measure"}`` where ``measure`` is the
+        index (into the sorted measure names of ``fprs``) of the measure giving the minimum.
+    """
+    _check_rate(rate)
+    measures = sorted(fprs)
+    if not measures or sorted(null_fprs) != measures:
+        raise ValueError(f"rates of measures {measures} and held-out rates of {sorted(null_fprs)} differ")
+    syn = np.stack([np.asarray(fprs[m], np.float64) for m in measures], axis=1)
+    held = np.stack([np.asarray(null_fprs[m], np.float64) for m in measures], axis=1)
+    statistic, null_statistic = syn.min(axis=1), held.min(axis=1)
+    patients = list(source_patients) if source_patients is not None else [None] * len(syn)
+    fpr, n_pool = false_positive_rates(statistic, null_statistic, pools_without(patients, null))
+    return {"statistic": statistic, "fpr": fpr, "n_null": n_pool, "called": fpr <= rate,
+            "measure": syn.argmin(axis=1)}
+
+
+def _check_rate(rate: float) -> None:
+    if not 0.0 < float(rate) < 1.0:
+        raise ValueError(f"calibration rate must be in (0, 1), got {rate}")
