@@ -12,8 +12,9 @@ from snakemake.utils import min_version
 
 min_version("8.0")
 
-# The library is importable without installing it (conda envs need no pip install).
-sys.path.insert(0, str(Path(workflow.basedir) / "workflow" / "scripts"))
+# The library is importable without installing it (conda envs need no pip install). This
+# file's own folder, also when an audit workspace uses it as a module (synthaudit init).
+sys.path.insert(0, str(Path(str(workflow.current_basedir)) / "workflow" / "scripts"))
 
 
 configfile: "params.yaml"

@@ -40,6 +40,7 @@ rule anonymise:
         spec=lambda wc: ANON["datasets"][wc.dataset],
         extractor=config["relict"]["features"]["extractor"],
         patients=lambda wc: {s.id: s.patient_id for s in plan(wc).scans},
+    priority: LATER
     threads: 1
     resources:
         mem_mb=4000,

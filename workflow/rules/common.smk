@@ -92,12 +92,25 @@ wildcard_constraints:
     syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 
 
+# Optional long trainings (privacy filters, the in-workflow generator, CVAE anonymisation,
+# the feature-level study) run after whatever else is ready: an audit's RELICT rankings,
+# ratios and evaluation do not wait behind hours of filter training (Snakemake picks ready
+# jobs by priority; the default is 0).
+LATER = -10
+
+
 def ds_cfg(wildcards):
     return config["datasets"][wildcards.dataset]
 
 
 def plan(wildcards):
     return PLANS[wildcards.dataset]
+
+
+def declared_classes(wildcards):
+    """Number of label values a dataset declares (None without a segmentation block: not checked)."""
+    seg = ds_cfg(wildcards).get("segmentation")
+    return len(seg["classes"]) if seg else None
 
 
 def raw_image_path(dataset, scan_id):

@@ -60,6 +60,7 @@ rule feature_study:
         threshold_step=config["relict"]["evaluation"]["threshold_step"],
         replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
         synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
+    priority: LATER
     threads: 2
     resources:
         mem_mb=8000,

@@ -18,6 +18,7 @@ rule ldm_train_autoencoder:
         ldm=lambda wc: ldm_settings(wc.dataset),
         # kept outside the outputs: Snakemake never deletes it, so a killed job resumes
         checkpoint=ldm_checkpoint("autoencoder"),
+    priority: LATER
     threads: 2
     resources:
         mem_mb=8000,
@@ -66,6 +67,7 @@ rule ldm_train_diffusion:
         ldm=lambda wc: ldm_settings(wc.dataset),
         checkpoint=ldm_checkpoint("diffusion"),
         ids=lambda wc: generator_training_ids(wc.dataset),
+    priority: LATER
     threads: 2
     resources:
         mem_mb=8000,

@@ -40,6 +40,7 @@ rule preprocess_scan_labelled:
         "benchmarks/preprocess_scan/{dataset}/{scan}.tsv"
     params:
         preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+        n_classes=declared_classes,
     threads: 1
     resources:
         mem_mb=4000,
@@ -77,6 +78,7 @@ rule preprocess_label:
         "logs/preprocess_label/{dataset}/{scan}.log",
     params:
         preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+        n_classes=declared_classes,
     threads: 1
     resources:
         mem_mb=2000,

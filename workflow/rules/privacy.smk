@@ -72,6 +72,7 @@ rule privacy_train:
         "benchmarks/privacy_train/{dataset}/{space}/{model}.tsv"
     params:
         privacy=PRIVACY,
+    priority: LATER
     threads: 2
     resources:
         mem_mb=6000,

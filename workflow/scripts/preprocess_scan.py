@@ -9,6 +9,7 @@ import SimpleITK as sitk
 from synthaudit.io import atomic_path, load_volume, save_volume, write_json
 from synthaudit.logs import logged
 from synthaudit.preprocess.pipeline import preprocess_image, preprocess_label
+from synthaudit.segment.measures import check_labels
 
 with logged(snakemake.log[0]) as log:
     pre = snakemake.params.preprocess
@@ -16,6 +17,10 @@ with logged(snakemake.log[0]) as log:
     template = load_volume(snakemake.input.template)
     template_roi, _ = load_volume(snakemake.input.template_roi)
     log.info("preprocessing %s", snakemake.input.image)
+    if "label" in snakemake.output.keys() and snakemake.params.n_classes:
+        # the user's label file, before the registration's minutes (and naming that file, not a derived copy)
+        check_labels(snakemake.input.label, load_volume(snakemake.input.label)[0],
+                     list(range(1, snakemake.params.n_classes + 1)))
     data, transform, qc = preprocess_image(snakemake.input.image, pre, grid, template, template_roi,
                                            threads=snakemake.threads)
     affine = np.asarray(grid["affine"])

@@ -1,7 +1,9 @@
-"""Command line: ``python -m synthaudit {validate,where}``.
+"""Command line: ``python -m synthaudit {init,validate,where}``.
 
-Why: a user should be able to check a params file without starting Snakemake, and
-to find the results of a finished run without knowing the layout.
+Why: a user with folders of NIfTI should get an audit folder without editing the
+repository's configuration (init), be able to check a params file without starting
+Snakemake (validate), and find the results of a finished run without knowing the layout
+(where).
 """
 
 from __future__ import annotations
@@ -35,10 +37,64 @@ def _validate(args) -> int:
     return 0
 
 
+def _init(args) -> int:
+    from .workspace import Inputs, WorkspaceError, write_workspace
+
+    inp = Inputs(training=Path(args.training), synthetic=Path(args.synthetic),
+                 heldout=Path(args.heldout) if args.heldout else None,
+                 labels=Path(args.labels) if args.labels else None,
+                 synthetic_labels=Path(args.synthetic_labels) if args.synthetic_labels else None,
+                 patient_ids=Path(args.patient_ids) if args.patient_ids else None,
+                 patient_pattern=args.patient_pattern, registered=args.registered, modality=args.modality,
+                 ratings=Path(args.ratings) if args.ratings else None, classes=args.classes or [], name=args.name)
+    try:
+        p = write_workspace(Path(args.audit_dir), inp)
+        import os
+
+        from .config import resolve_datasets, with_sweep
+        from .sources import SourceError, plan_dataset
+
+        here = os.getcwd()
+        os.chdir(args.audit_dir)  # paths in params.yaml are relative to the workspace, where Snakemake runs
+        try:
+            params = load_params("params.yaml")  # the schema, as the workflow will
+            for name, ds in resolve_datasets(with_sweep(params)).items():
+                plan_dataset(name, ds)
+        except SourceError as e:
+            raise WorkspaceError(str(e)) from None
+        finally:
+            os.chdir(here)
+    except (WorkspaceError, ParamsError) as e:
+        print(f"synthaudit init: {e}", file=sys.stderr)
+        return 2
+    d = Path(args.audit_dir)
+    print(f"\nwrote {d}/: params.yaml, data/manifest.tsv, Snakefile, dvc.yaml, profiles/")
+    print(f"  {p['n_train']} training scans of {p['n_patients']} patients ({p['patients']}), "
+          f"{p['n_heldout']} held-out, {p['n_synthetic']} synthetic volumes"
+          + (f"; grid {' x '.join(map(str, p['summary']['shape']))}" if p["summary"]["shape"] else ""))
+    print("  levels: " + "; ".join(p["levels"]))
+    print("  calibrated replica calls: " + ("yes (false-positive rate from the held-out scans)" if p["calibrated"]
+                                            else "no (needs >= 19 held-out scans; the ranking is complete without)"))
+    print(f"  work: {p['pairs']} volume pairs per measure; about {p['estimate_cpu_minutes']} CPU-minutes for the "
+          "image and feature levels (2-core measurements; segmentation and privacy filters extra)")
+    if p["warning"]:
+        print(f"  WARNING: {p['warning']}")
+    print(f"\nnext:\n  cd {d}\n  snakemake --cores all          # or: dvc repro; SLURM: --workflow-profile "
+          "profiles/slurm\n  python -m synthaudit where      # the verdict and where everything is")
+    return 0
+
+
 def _where(args) -> int:
     root = Path(args.root)
     params = load_params(root / "params.yaml")
     metrics = root / "results/metrics/relict.json"
+    from .relict.verdict import dataset_verdict, verdict_lines
+
+    verdicts = [v for v in (dataset_verdict(root, d, params["relict"]["measures"]) for d in params["datasets"]) if v]
+    if verdicts:  # the answer first: which volumes are copies, of whom
+        print("\nverdict")
+        for v in verdicts:
+            print("\n".join("  " + line for line in verdict_lines(v)))
     print("\nsynthaudit results")
     for d in params["datasets"]:
         print(f"  [{d}]")
@@ -91,6 +147,21 @@ def _pct(v) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="synthaudit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("init", help="make an audit folder from folders of NIfTI (training, synthetic, ...)")
+    i.add_argument("audit_dir", help="the new folder (its params.yaml, manifest, Snakefile and results)")
+    i.add_argument("--training", required=True, help="folder of training NIfTI, or a manifest TSV")
+    i.add_argument("--synthetic", required=True, help="folder of the generator's samples")
+    i.add_argument("--heldout", help="folder of held-out real scans (never trained on): calibration, privacy")
+    i.add_argument("--labels", help="folder of label maps <id>.nii.gz for the real scans (segmentation level)")
+    i.add_argument("--synthetic-labels", help="folder of label maps for the synthetic volumes (else a U-Net)")
+    i.add_argument("--registered", action="store_true", help="scans and samples are on one grid already")
+    i.add_argument("--patient-ids", help="TSV with columns id, patient_id")
+    i.add_argument("--patient-pattern", help="regular expression whose first group is the patient, e.g. '^(.+)_'")
+    i.add_argument("--modality", choices=["ct", "mri"], default="ct", help="template and window when registering")
+    i.add_argument("--ratings", help="rating table (synthetic_id, rater, score 1-4): evaluation")
+    i.add_argument("--classes", nargs="+", help="names of label values 1, 2, ... (default class1, ...)")
+    i.add_argument("--name", default="audit", help="the dataset's name in params.yaml and results/")
+    i.set_defaults(func=_init)
     v = sub.add_parser("validate", help="check params.yaml and the datasets it names")
     v.add_argument("params", nargs="?", default="params.yaml")
     v.set_defaults(func=_validate)

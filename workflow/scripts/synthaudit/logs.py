@@ -63,8 +63,8 @@ class Progress:
     def __call__(self, done: int, total: int | None = None) -> None:
         total = total if total is not None else self.total
         now = time.monotonic()
-        if now - self.last < self.every_s and (total is None or done < total):
-            return
+        if done != 1 and now - self.last < self.every_s and (total is None or done < total):
+            return  # the first unit always: a long training says its duration after one epoch
         self.last = now
         elapsed = now - self.start
         if total:

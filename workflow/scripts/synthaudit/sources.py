@@ -19,6 +19,7 @@ from .io import read_tsv
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 ROLES = ("train", "heldout")
 NIFTI_SUFFIXES = (".nii.gz", ".nii")
+MIN_TRAINING = 2  # the distance ratio needs a closest and at least one next training volume
 
 
 class SourceError(ValueError):
@@ -101,6 +102,21 @@ def _check_unique(ids: list[str], where: str) -> None:
         seen.add(i)
     if dup:
         raise SourceError(f"{where}: duplicate id(s) {sorted(set(dup))}")
+    check_case_collisions(ids, where)
+
+
+def check_case_collisions(ids, where: str) -> None:
+    """Refuse ids that differ only in case: every id becomes a file name under results/, and on
+    the case-insensitive file systems of macOS and Windows (and some cluster mounts) the two
+    files would be one, silently."""
+    by_folded: dict[str, list[str]] = {}
+    for i in ids:
+        by_folded.setdefault(i.casefold(), []).append(i)
+    clashes = [sorted(set(v)) for v in by_folded.values() if len(set(v)) > 1]
+    if clashes:
+        shown = "; ".join(" and ".join(c) for c in clashes[:5])
+        raise SourceError(f"{where}: ids differ only in case ({shown}): their result files would collide on a "
+                          "case-insensitive file system; rename one of each")
 
 
 def read_manifest(path: str | Path) -> list[Scan]:
@@ -327,4 +343,10 @@ def plan_dataset(name: str, ds: dict, demo_table=None) -> DatasetPlan:
     clash = sorted({s.id for s in scans} & {v.id for v in synthetic})
     if clash:
         raise SourceError(f"datasets.{name}: ids used for both real and synthetic volumes: {clash[:5]}")
+    check_case_collisions([s.id for s in scans] + [v.id for v in synthetic], f"datasets.{name}")
+    n_train = sum(1 for s in scans if s.role == "train")
+    if n_train < MIN_TRAINING:
+        raise SourceError(f"datasets.{name}: {n_train} training volume(s); the distance ratio compares the closest "
+                          f"training volume with the next ones and needs at least {MIN_TRAINING} (every ratio "
+                          "would be 1)")
     return DatasetPlan(name=name, scans=scans, synthetic=synthetic, spiked=spiked)

@@ -1,0 +1,213 @@
+"""`synthaudit init`: an audit folder made from folders of NIfTI, its refusals before any job,
+and (end to end) one `snakemake` command in that folder, as a new user types it."""
+
+import json
+import os
+import subprocess
+
+import nibabel as nib
+import numpy as np
+import pytest
+import yaml
+from scipy import ndimage
+
+from synthaudit.cli import main
+from synthaudit.config import load_params
+from synthaudit.io import read_tsv, save_volume
+from synthaudit.sources import SourceError, plan_dataset, read_manifest
+from synthaudit.workspace import Inputs, WorkspaceError, write_workspace
+from workflow_helpers import BIN, ROOT
+
+SHAPE = (20, 24, 18)
+AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
+
+
+def _folders(tmp_path, n_train_patients=5, n_heldout_patients=3, seed=0):
+    """Two scans per patient (training and held-out folders), label maps for every scan, and
+    five samples: near-copies of pat0_s1 and pat2_s0, three new volumes."""
+    rng = np.random.default_rng(seed)
+    vols = {}
+    for p in range(n_train_patients + n_heldout_patients):
+        base = ndimage.gaussian_filter(rng.random(SHAPE), 2.0).astype(np.float32) * 4
+        for s in range(2):
+            vols[f"pat{p}_s{s}"] = base + 0.05 * rng.standard_normal(SHAPE).astype(np.float32)
+    for k, v in vols.items():
+        role = "training" if int(k[3:].split("_")[0]) < n_train_patients else "heldout"
+        save_volume(tmp_path / role / f"{k}.nii.gz", v, AFFINE)
+        save_volume(tmp_path / "labels" / f"{k}.nii.gz", (v > v.mean()).astype(np.uint8), AFFINE)
+    samples = {"gen_a": vols["pat0_s1"], "gen_b": vols["pat2_s0"]}
+    samples.update({f"gen_{x}": ndimage.gaussian_filter(rng.random(SHAPE), 2.0).astype(np.float32) * 4 for x in "cde"})
+    for name, v in samples.items():
+        v = v + 0.01 * rng.standard_normal(SHAPE).astype(np.float32)
+        save_volume(tmp_path / "synthetic" / f"{name}.nii.gz", v, AFFINE)
+        save_volume(tmp_path / "synthetic_labels" / f"{name}.nii.gz", (v > v.mean()).astype(np.uint8), AFFINE)
+    return tmp_path
+
+
+def _inputs(d, **kw):
+    base = dict(training=d / "training", synthetic=d / "synthetic", heldout=d / "heldout", labels=d / "labels",
+                synthetic_labels=d / "synthetic_labels", patient_pattern=r"^(pat\d+)_", registered=True,
+                classes=["structure"])
+    base.update(kw)
+    return Inputs(**base)
+
+
+def _params(ws):
+    cwd = os.getcwd()
+    os.chdir(ws)
+    try:
+        p = load_params("params.yaml")  # the schema, as the workflow validates it
+        return p, plan_dataset("audit", p["datasets"]["audit"])
+    finally:
+        os.chdir(cwd)
+
+
+def test_init_writes_a_workspace_holding_only_this_audit(tmp_path):
+    d = _folders(tmp_path / "in")
+    plan = write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
+    p, dataset = _params(tmp_path / "ws")
+    assert list(p["datasets"]) == ["audit"]  # nothing of the demo
+    assert (len(dataset.train), len(dataset.heldout), len(dataset.synthetic)) == (10, 6, 5)
+    assert {s.patient_id for s in dataset.train} == {f"pat{k}" for k in range(5)}  # from the file names
+    assert all(s.label for s in dataset.scans)
+    ds = p["datasets"]["audit"]
+    assert ds["preprocess"]["register"] is False and ds["segmentation"]["source"] == "labels"
+    assert ds["segmentation"]["classes"] == ["structure"]
+    # stages the data cannot support are off, and say why
+    assert p["generator_sweep"]["dataset"] is None and p["privacy"]["latent_autoencoder"] is None
+    assert p["anonymise"]["datasets"] == {} and p["relict"]["alignment"]["datasets"] == []
+    assert p["feature_study"]["datasets"] == []
+    assert p["privacy"]["training_sets"] == ["audit"]  # held-out scans and patients with two scans
+    text = (tmp_path / "ws/params.yaml").read_text()
+    assert "off: needs a rating (--ratings)" in text and "off: needs a generator trained here" in text
+    assert "6 held-out scans: calibrated calls need >= 19" in text
+    assert plan["n_train"] == 10 and plan["n_patients"] == 5 and plan["pairs"] == (5 + 6) * 10
+    assert plan["summary"]["shape"] == list(SHAPE) and plan["warning"] is None
+    for f in ("Snakefile", "dvc.yaml", "profiles/default/config.yaml", "profiles/slurm/config.yaml"):
+        assert (tmp_path / "ws" / f).is_file(), f
+    assert str(ROOT / "Snakefile") in (tmp_path / "ws/Snakefile").read_text()
+
+
+def test_init_turns_off_what_the_folders_cannot_support(tmp_path):
+    d = _folders(tmp_path / "in")
+    write_workspace(tmp_path / "ws", _inputs(d, heldout=None, synthetic_labels=None, patient_pattern=None),
+                    progress=lambda m: None)
+    p, dataset = _params(tmp_path / "ws")
+    assert p["privacy"]["training_sets"] == []  # no held-out scans
+    assert "off: no held-out scans" in (tmp_path / "ws/params.yaml").read_text()
+    assert p["datasets"]["audit"]["segmentation"]["source"] == "unet"  # training labels only: the U-Net
+    assert {s.patient_id for s in dataset.train} == {s.id for s in dataset.train}  # one patient per scan
+    write_workspace(tmp_path / "ws2", _inputs(d, labels=None, synthetic_labels=None), progress=lambda m: None)
+    p, _ = _params(tmp_path / "ws2")
+    assert "segmentation" not in p["datasets"]["audit"]
+
+
+def test_init_refuses_bad_folders_before_any_job_naming_the_file(tmp_path):
+    d = _folders(tmp_path / "in")
+    quiet = {"progress": lambda m: None}
+    # a label map with a non-integer value
+    bad = d / "labels" / "pat1_s0.nii.gz"
+    save_volume(bad, np.full(SHAPE, 0.5, np.float32), AFFINE)
+    with pytest.raises(WorkspaceError, match="pat1_s0.nii.gz: label map holds non-integer"):
+        write_workspace(tmp_path / "ws1", _inputs(d), **quiet)
+    save_volume(bad, np.zeros(SHAPE, np.uint8), AFFINE)
+    # a sample off the training grid
+    save_volume(d / "synthetic" / "gen_z.nii.gz", np.zeros((20, 24, 17), np.float32), AFFINE)
+    save_volume(d / "synthetic_labels" / "gen_z.nii.gz", np.zeros((20, 24, 17), np.uint8), AFFINE)
+    with pytest.raises(WorkspaceError, match=r"gen_z.nii.gz: shape \[20, 24, 17\], expected \[20, 24, 18\]"):
+        write_workspace(tmp_path / "ws2", _inputs(d), **quiet)
+    (d / "synthetic" / "gen_z.nii.gz").unlink()
+    # ids that differ only in case collide on case-insensitive file systems
+    (d / "training" / "pat1_s0.nii.gz").rename(d / "training" / "PAT1_s0.nii.gz")
+    (d / "labels" / "pat1_s0.nii.gz").rename(d / "labels" / "PAT1_s0.nii.gz")
+    save_volume(d / "training" / "pat1_S0.nii.gz", np.zeros(SHAPE, np.float32), AFFINE)
+    save_volume(d / "labels" / "pat1_S0.nii.gz", np.zeros(SHAPE, np.uint8), AFFINE)
+    with pytest.raises(WorkspaceError, match="differ only in case.*PAT1_s0 and pat1_S0"):
+        write_workspace(tmp_path / "ws3", _inputs(d, patient_pattern=None), **quiet)
+    # a training set of one scan: every ratio would be 1
+    one = tmp_path / "one"
+    save_volume(one / "a.nii.gz", np.ones(SHAPE, np.float32), AFFINE)
+    with pytest.raises(WorkspaceError, match="1 training scan.*at least 2"):
+        write_workspace(tmp_path / "ws4", _inputs(d, training=one, heldout=None, labels=None, synthetic_labels=None,
+                                                  patient_pattern=None), **quiet)
+    assert not any((tmp_path / f"ws{k}").exists() for k in range(1, 5))  # nothing written on refusal
+    # an existing audit is never overwritten
+    (tmp_path / "ws5").mkdir()
+    (tmp_path / "ws5/params.yaml").write_text("x: 1\n")
+    with pytest.raises(WorkspaceError, match="already holds a params.yaml"):
+        write_workspace(tmp_path / "ws5", _inputs(d), **quiet)
+
+
+def test_init_warns_when_samples_are_in_other_units(tmp_path, capsys):
+    d = _folders(tmp_path / "in")
+    for f in (d / "synthetic").glob("*.nii.gz"):  # samples left in a generator's [0, 1] output range ...
+        save_volume(f, nib.load(f).get_fdata() / 4000.0, AFFINE)
+    for f in (d / "training").glob("*.nii.gz"):  # ... training scans in HU-like units
+        save_volume(f, nib.load(f).get_fdata() * 1000 - 1000, AFFINE)
+    assert main(["init", str(tmp_path / "ws"), "--training", str(d / "training"), "--synthetic",
+                 str(d / "synthetic"), "--registered"]) == 0
+    assert "WARNING: the synthetic volumes' intensities" in capsys.readouterr().out
+
+
+def test_manifest_and_plan_refuse_case_collisions_and_a_single_training_scan(tmp_path):
+    for name in ("a", "A"):
+        save_volume(tmp_path / f"{name}.nii.gz", np.ones(SHAPE, np.float32), AFFINE)
+    (tmp_path / "m.tsv").write_text("id\timage\nscan_a\ta.nii.gz\nSCAN_A\tA.nii.gz\n")
+    with pytest.raises(SourceError, match="differ only in case"):
+        read_manifest(tmp_path / "m.tsv")
+    (tmp_path / "one.tsv").write_text("id\timage\nscan_a\ta.nii.gz\n")
+    save_volume(tmp_path / "syn" / "s1.nii.gz", np.ones(SHAPE, np.float32), AFFINE)
+    ds = {"source": "manifest", "manifest": str(tmp_path / "one.tsv"),
+          "synthetic": {"source": "folder", "folder": str(tmp_path / "syn")}}
+    with pytest.raises(SourceError, match="1 training volume.*at least 2"):
+        plan_dataset("mine", ds)
+
+
+@pytest.mark.workflow
+def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
+    """As a new user: `synthaudit init`, then `snakemake --cores 2` in the new folder; results,
+    metrics and the report land there, nothing of the demo runs, and every all-pairs RELICT job
+    starts before any privacy filter trains (rule priorities)."""
+    d = _folders(tmp_path / "in")
+    ws = tmp_path / "my_audit"
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+           "PYTHONPATH": str(ROOT / "workflow" / "scripts")}
+    init = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "init", str(ws), "--training", str(d / "training"),
+                           "--heldout", str(d / "heldout"), "--synthetic", str(d / "synthetic"), "--labels",
+                           str(d / "labels"), "--synthetic-labels", str(d / "synthetic_labels"), "--registered",
+                           "--patient-pattern", r"^(pat\d+)_", "--classes", "structure"],
+                          env=env, capture_output=True, text=True)
+    assert init.returncode == 0, init.stderr
+    assert "10 training scans of 5 patients" in init.stdout and "snakemake --cores all" in init.stdout
+    # the profile's own `cores: all` would take every core of the CI machine: 2, as the tests do
+    run = subprocess.run([str(BIN / "snakemake"), "--cores", "2", "--max-threads", "1"], cwd=ws, env=env,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
+    log = run.stdout + run.stderr
+    for stage in ("cohort", "preprocessed", "synthetic", "relict"):  # this audit's folders only: no demo
+        assert {p.name for p in (ws / "results" / stage).iterdir()} <= {"audit", "features", "segmentation"}, stage
+    assert {p.name for p in (ws / "results/relict/features").iterdir()} == {"audit"}
+    rankings = sorted(p.name for p in (ws / "results/relict/audit").glob("ranking_*.tsv"))
+    assert rankings == [f"ranking_{m}.tsv" for m in sorted(
+        ["mae", "rmse", "ssim", "emb_rmse", "emb_cosine", "dice_binary", "asd_binary"])]
+    rows = {r["synthetic_id"]: r for r in read_tsv(ws / "results/relict/audit/ranking_rmse.tsv")}
+    assert rows["gen_a"]["closest_training_id"] == "pat0_s1" and rows["gen_b"]["closest_training_id"] == "pat2_s0"
+    assert set(json.loads((ws / "results/metrics/relict.json").read_text())) == {"audit"}
+    lines = log.splitlines()
+    starts = {i: line.split()[-1].rstrip(":") for i, line in enumerate(lines)
+              if line.startswith(("rule ", "localrule "))}
+    pairs = [i for i, r in starts.items() if r in ("relict_measure", "relict_feature_measure",
+                                                     "relict_segmentation_measure", "embed")]
+    filters = [i for i, r in starts.items() if r == "privacy_train"]
+    assert pairs and filters and max(pairs) < min(filters), "a privacy filter trained before the RELICT measures"
+    report = subprocess.run([str(BIN / "snakemake"), "--cores", "1", "--report", "results/report.html"], cwd=ws,
+                            env=env, capture_output=True, text=True)
+    assert report.returncode == 0, report.stderr[-3000:]
+    assert (ws / "results/report.html").stat().st_size > 10_000
+    where = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "where"], cwd=ws, env=env,
+                           capture_output=True, text=True)
+    assert where.returncode == 0, where.stderr
+    assert where.stdout.index("verdict") < where.stdout.index("synthaudit results")
+    assert "most likely replicas (mae): gen_a ~ pat0_s1" in where.stdout or \
+           "most likely replicas (mae): gen_b ~ pat2_s0" in where.stdout
+    assert yaml.safe_load((ws / "params.yaml").read_text())["datasets"]["audit"]["manifest"] == "data/manifest.tsv"
