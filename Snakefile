@@ -38,6 +38,13 @@ include: "workflow/rules/privacy.smk"
 include: "workflow/rules/anonymise.smk"
 
 
+# The report's first page starts with the verdict written by rule verdict (read here, after
+# params.yaml was validated, when `snakemake --report` parses this file after the run).
+_verdict = Path("results/verdict.rst")
+config["report_verdict"] = _verdict.read_text() if _verdict.is_file() else \
+    "*No verdict yet: run the workflow before making the report.*\n"
+
+
 rule all:
     default_target: True
     input:

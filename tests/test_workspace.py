@@ -204,6 +204,11 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
                             env=env, capture_output=True, text=True)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (ws / "results/report.html").stat().st_size > 10_000
+    # the verdict is the report's first page (and its figure shows the top pairs)
+    verdict = (ws / "results/verdict.rst").read_text()
+    assert verdict.startswith("Verdict") and "volumes called copies" in verdict and "most likely replicas" in verdict
+    assert "data:image/png;base64," in verdict and (ws / "results/figures/audit/verdict.png").is_file()
+    assert "most likely replicas (mae)" in (ws / "results/report.html").read_text()
     where = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "where"], cwd=ws, env=env,
                            capture_output=True, text=True)
     assert where.returncode == 0, where.stderr

@@ -269,8 +269,36 @@ rule filter_synthetic:
         "../scripts/filter_synthetic.py"
 
 
+rule verdict:
+    input:
+        metrics="results/metrics/relict.json",
+        rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in REVIEWED_DATASETS for m in MEASURES_BY_DS[d]],
+        copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
+    output:
+        rst="results/verdict.rst",
+        figures=[report(f"results/figures/{d}/verdict.png", caption="../report/verdict.rst", category="Verdict",
+                        subcategory=d) for d in REVIEWED_DATASETS],
+    log:
+        "logs/verdict.log",
+    params:
+        datasets=REVIEWED_DATASETS,
+        measures=MEASURES,
+        training_of=TRAINING_OF,
+        # path templates for the script (functions: Snakemake would fill "{...}" as wildcards)
+        synthetic_image=lambda wc: "results/synthetic/{dataset}/images/{id}.nii.gz",
+        training_image=lambda wc: "results/preprocessed/{dataset}/images/{id}.nii.gz",
+    threads: 1
+    resources:
+        mem_mb=2000,
+    conda:
+        "../../envs/relict.yaml"
+    script:
+        "../scripts/verdict.py"
+
+
 rule review_all:
     input:
+        "results/verdict.rst",
         "results/tables/runtime.tsv",
         [f"results/tables/{d}/runtime.tsv" for d in REVIEWED_DATASETS],
         [f"results/tables/{d}/combined_ranking.tsv" for d in REVIEWED_DATASETS],

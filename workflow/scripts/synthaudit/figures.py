@@ -212,3 +212,24 @@ def calibration_figure(path, rankings: dict[str, list[dict]], nulls: dict[str, l
     fig.suptitle(title, fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.95))
     save_figure(fig, path)
+
+
+def verdict_figure(path, pairs: list[tuple[str, str, np.ndarray, np.ndarray, str]], title: str) -> None:
+    """The report's first picture: the most likely replicas beside their closest training
+    volume (axial, coronal, sagittal mid-slices of each, one row per pair, one grey scale per row)."""
+    n = max(len(pairs), 1)
+    fig, axes = plt.subplots(n, 6, figsize=(13, 2.3 * n + 0.6), squeeze=False)
+    for row, (syn_id, train_id, syn, train, label) in enumerate(pairs):
+        lo, hi = float(min(syn.min(), train.min())), float(max(syn.max(), train.max()))
+        for k, (vol, who) in enumerate(((syn, f"synthetic {syn_id}"), (train, f"training {train_id}"))):
+            for j, sl in enumerate(_mid_slices(vol)):
+                ax = axes[row][3 * k + j]
+                ax.imshow(sl, cmap="gray", origin="lower", vmin=lo, vmax=hi)
+                ax.set_xticks([])
+                ax.set_yticks([])
+                if j == 0:
+                    ax.set_title(f"{who}\n{label}" if k == 0 else who, fontsize=8, loc="left")
+    for ax in axes.ravel()[len(pairs) * 6:]:
+        ax.axis("off")
+    fig.suptitle(title, fontsize=10)
+    _save(fig, path)

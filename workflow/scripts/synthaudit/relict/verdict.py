@@ -55,8 +55,8 @@ def verdict_lines(v: dict) -> list[str]:
     if "combined" in v:
         c = v["combined"]
         lines.append(f"  calibrated calls (false-positive rate {v['rate']:g} against {v['n_heldout']} held-out scans): "
-                     f"{c['n_copies']} copies ({c['percent_synthetic_copies'] or 0:.1f} %) of "
-                     f"{c['n_patients_copied']} of {c['n_training_patients']} training patients")
+                     f"{c['n_copies']} volumes called copies ({c['percent_synthetic_copies'] or 0:.1f} %); "
+                     f"{c['n_patients_copied']} of {c['n_training_patients']} training patients copied")
         for patient, by in v.get("copied_patients", [])[:8]:
             lines.append(f"    patient {patient}: {', '.join(by)}")
         if v["n_heldout"] + 1 < 1 / v["rate"]:
