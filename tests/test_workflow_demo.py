@@ -299,6 +299,7 @@ def test_demo_calibrated_calls_follow_the_held_out_null(demo):
             assert int(r["calibrated_replica"]) == (float(r["fpr"]) <= 0.2)
         e = relict[measure]
         assert e["calibration_n_heldout"] in (4, 6) and 0 <= e["calibrated_specificity"] <= 1, e
+        assert e["calibrated_percent_synthetic_copies"] == pytest.approx(100 * e["calibrated_n_called"] / 9)
     calls = read_tsv(demo / "results/relict/ncct_demo/calibrated_calls.tsv")
     copies = json.loads((demo / "results/metrics/copies.json").read_text())["ncct_demo"]
     called = [r for r in calls if r["combined_replica"] == "1"]
@@ -311,3 +312,7 @@ def test_demo_calibrated_calls_follow_the_held_out_null(demo):
     assert sum(int(r["combined_copies"]) for r in per_patient) == len(called)
     assert {s for r in per_patient for s in r["copied_by"].split()} == {r["synthetic_id"] for r in called}
     assert (demo / "results/figures/ncct_demo/calibration.png").stat().st_size > 10_000
+    # the verdict (the report's first page) quotes these counts, read from the same files
+    verdict = (demo / "results/verdict.rst").read_text()
+    ncct = verdict[verdict.index("**ncct_demo: 9 synthetic volumes**"):]
+    assert f"{copies['n_copies']} volumes called copies" in ncct.split(".. raw:: html")[0]

@@ -31,6 +31,11 @@ with logged(snakemake.log[0]) as log:
             if called:  # held-out-calibrated calls (relict.calibration)
                 e["calibrated_n_called"] = int(sum(called))
                 e["calibration_n_heldout"] = min(r["n_null"] for r in rows)
+                h = copies.get(d, {}).get("measures", {}).get(m)
+                if h:  # Dar et al.'s two numbers for this measure's calls (combined: copies.json)
+                    e["calibrated_percent_synthetic_copies"] = h["percent_synthetic_copies"]
+                    e["calibrated_n_patients_copied"] = h["n_patients_copied"]
+                    e["calibrated_percent_patients_copied"] = h["percent_patients_copied"]
             if levels.get(m).level == "feature":
                 meta = embedding_meta[d]
                 e["extractor"] = meta["label"]  # says "untrained" when no weights were given

@@ -3,7 +3,7 @@
 import torch
 
 from synthaudit.io import load_volume, write_tsv
-from synthaudit.logs import logged
+from synthaudit.logs import Progress, logged
 from synthaudit.segment.measures import check_labels
 from synthaudit.segment.unet import save_model, train_unet
 
@@ -18,8 +18,7 @@ with logged(snakemake.log[0]) as log:
         check_labels(p, lab, list(range(1, n_classes + 1)))
         labels.append(lab.astype("uint8"))
 
-    def progress(epoch, total, loss=None):
-        log.info("U-Net epoch %d/%d%s", epoch, total, "" if loss is None else f" loss {loss:.4f}")
+    progress = Progress(log, "U-Net epochs", cfg["epochs"], every_s=30.0)  # the first epoch gives the ETA
 
     model, history = train_unet(images, labels, n_classes, epochs=cfg["epochs"],
                                 patch_size=tuple(cfg["patch_size"]), batch_size=cfg["batch_size"],
