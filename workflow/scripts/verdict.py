@@ -12,6 +12,22 @@ from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import logged
 from synthaudit.relict.verdict import dataset_verdict, verdict_lines
 
+
+
+def rst_list(lines):
+    """verdict_lines' indentation (2 spaces: an item, 4: a sub-item) as a nested rst list."""
+    out, nested = [], False
+    for line in lines:
+        sub = line.startswith("    ")
+        if sub and not nested:
+            out.append("")
+        if not sub and nested:
+            out.append("")
+        out.append(("  - " if sub else "- ") + line.strip())
+        nested = sub
+    return out
+
+
 with logged(snakemake.log[0]) as log:
     p = snakemake.params
     sections = ["Verdict", "=======", ""]
@@ -25,7 +41,7 @@ with logged(snakemake.log[0]) as log:
             pairs.append((syn_id, train_id, syn, train, f"{first} score {score:.3g}"))
         verdict_figure(figure, pairs, f"{d}: the most likely replicas by {first} and their closest training volume")
         lines = verdict_lines(v)
-        sections += [f"**{lines[0]}**", ""] + [f"- {line.strip()}" for line in lines[1:]] + [""]
+        sections += [f"**{lines[0]}**", ""] + rst_list(lines[1:]) + [""]
         # inline, so the first page shows the pairs; base64 in short lines (docutils refuses lines over
         # 10,000 characters; browsers drop whitespace inside base64 data URLs)
         png = base64.encodebytes(Path(figure).read_bytes()).decode().split()

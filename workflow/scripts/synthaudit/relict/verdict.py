@@ -57,8 +57,11 @@ def verdict_lines(v: dict) -> list[str]:
         lines.append(f"  calibrated calls (false-positive rate {v['rate']:g} against {v['n_heldout']} held-out scans): "
                      f"{c['n_copies']} volumes called copies ({c['percent_synthetic_copies'] or 0:.1f} %); "
                      f"{c['n_patients_copied']} of {c['n_training_patients']} training patients copied")
-        for patient, by in v.get("copied_patients", [])[:8]:
+        copied = v.get("copied_patients", [])
+        for patient, by in copied[:8]:
             lines.append(f"    patient {patient}: {', '.join(by)}")
+        if len(copied) > 8:
+            lines.append(f"    ... and {len(copied) - 8} more patients (copies.tsv)")
         if v["n_heldout"] + 1 < 1 / v["rate"]:
             lines.append(f"    (too few held-out scans for rate {v['rate']:g}: nothing can be called; "
                          f"{int(round(1 / v['rate'])) - 1} are needed)")
@@ -72,9 +75,9 @@ def verdict_lines(v: dict) -> list[str]:
         if "rating_tuned_calls" in e:
             parts.append(f"{e['rating_tuned_calls']} at the rating-tuned threshold {e['threshold']:.4g}")
         if parts:
-            per.append(f"{m} {' / '.join(parts)}")
+            per.append(f"    {m}: {'; '.join(parts)}")
     if per:
-        lines.append("  replicas by measure: " + "; ".join(per))
+        lines += ["  replicas by measure:"] + per
     first = next(iter(v["measures"]))
     top = ", ".join(f"{s} ~ {t} ({score:.3g})" for s, t, score in v["measures"][first]["most_likely"])
     lines.append(f"  most likely replicas ({first}): {top}")
