@@ -83,7 +83,7 @@ def test_init_writes_a_workspace_holding_only_this_audit(tmp_path):
     assert "6 held-out scans: calibrated calls need >= 19" in text
     assert plan["n_train"] == 10 and plan["n_patients"] == 5 and plan["pairs"] == (5 + 6) * 10
     assert plan["summary"]["shape"] == list(SHAPE) and plan["warning"] is None
-    for f in ("Snakefile", "dvc.yaml", "profiles/default/config.yaml", "profiles/slurm/config.yaml"):
+    for f in ("Snakefile", "dvc.yaml", ".dvc/config", "profiles/default/config.yaml", "profiles/slurm/config.yaml"):
         assert (tmp_path / "ws" / f).is_file(), f
     assert str(ROOT / "Snakefile") in (tmp_path / "ws/Snakefile").read_text()
 
@@ -209,6 +209,10 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     assert verdict.startswith("Verdict") and "volumes called copies" in verdict and "most likely replicas" in verdict
     assert "data:image/png;base64," in verdict and (ws / "results/figures/audit/verdict.png").is_file()
     assert "most likely replicas (mae)" in (ws / "results/report.html").read_text()
+    # dvc repro in the same folder: Snakemake finds everything done, the report is made, the lock written
+    dvc = subprocess.run([str(BIN / "dvc"), "repro"], cwd=ws, env=env, capture_output=True, text=True)
+    assert dvc.returncode == 0, dvc.stdout[-2000:] + dvc.stderr[-2000:]
+    assert (ws / "dvc.lock").is_file() and "results/metrics/copies.json" in (ws / "dvc.lock").read_text()
     where = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "where"], cwd=ws, env=env,
                            capture_output=True, text=True)
     assert where.returncode == 0, where.stderr

@@ -377,11 +377,12 @@ module synthaudit:
 use rule * from synthaudit
 '''
 
-DVC = """# `dvc repro` re-runs the audit when params.yaml or the manifest changes (the coarse stages
-# call Snakemake, which decides what to redo); `dvc metrics diff` compares runs.
+DVC = """# `dvc repro` re-runs the audit when params.yaml or the manifest changes (the stage calls
+# Snakemake, which decides what to redo); `dvc metrics diff` compares runs. Outputs are not
+# cached (they can be large; Snakemake owns them) and persist between runs.
 stages:
   audit:
-    cmd: snakemake --cores all
+    cmd: snakemake --cores all && snakemake --cores 1 --report results/report.html
     deps:
       - data/manifest.tsv
     params:
@@ -389,7 +390,17 @@ stages:
       - relict
       - privacy
     outs:
-      - results:
+      - results/preprocessed:
+          cache: false
+          persist: true
+      - results/synthetic:
+          cache: false
+          persist: true
+      - results/relict:
+          cache: false
+          persist: true
+      - results/figures:
+          cache: false
           persist: true
     metrics:
       - results/metrics/relict.json:
@@ -432,6 +443,8 @@ def write_workspace(target: Path, inp: Inputs, progress=print) -> dict:
     (target / "params.yaml").write_text(params_text(inp, summary, rows))
     (target / "Snakefile").write_text(SNAKEFILE.format(snakefile=REPO / "Snakefile"))
     (target / "dvc.yaml").write_text(DVC)
+    (target / ".dvc").mkdir(exist_ok=True)  # a DVC project without Git (run `git init` + `dvc init` to track it)
+    (target / ".dvc/config").write_text("[core]\n    no_scm = True\n    analytics = false\n")
     for profile in ("default", "slurm"):
         (target / "profiles" / profile).mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / "workflow/profiles" / profile / "config.yaml", target / "profiles" / profile / "config.yaml")
