@@ -349,3 +349,23 @@ def test_montage_png_is_radiological_with_anterior_up(tmp_path, flip_xy):
 def test_montage_png_rejects_shape_mismatch(tmp_path):
     with pytest.raises(ValueError, match="scan-1"):
         montage_png(tmp_path / "x.png", [("scan-1", np.zeros((4, 4, 4)))], np.zeros((5, 5, 5)))
+
+
+def test_label_values_outside_the_declared_classes_are_refused_naming_the_users_file(tmp_path):
+    """The user's label map is checked before any derived copy exists (and, in the labelled
+    preprocessing job, before the registration), and the message names that file."""
+    from synthaudit.io import save_volume
+    from synthaudit.preprocess.pipeline import preprocess_label
+
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    data = np.zeros((6, 7, 5), np.int16)
+    data[2, 3, 2] = 3  # a third class where one (value 1) is declared
+    path = tmp_path / "user_labels" / "pat1_s0.nii.gz"
+    save_volume(path, data, affine)
+    grid = {"shape": [6, 7, 5], "affine": affine.tolist()}
+    pre = {"register": False}
+    with pytest.raises(ValueError, match=r"user_labels/pat1_s0.nii.gz.*3"):
+        preprocess_label(str(path), pre, grid, allowed=[1])
+    # the same file passes with three declared classes, and a volume the caller read is used as is
+    out = preprocess_label(str(path), pre, grid, allowed=[1, 2, 3], volume=(data.astype(np.float32), affine))
+    assert out[2, 3, 2] == 3 and out.dtype == np.int16

@@ -17,16 +17,20 @@ with logged(snakemake.log[0]) as log:
     template = load_volume(snakemake.input.template)
     template_roi, _ = load_volume(snakemake.input.template_roi)
     log.info("preprocessing %s", snakemake.input.image)
-    if "label" in snakemake.output.keys() and snakemake.params.n_classes:
-        # the user's label file, before the registration's minutes (and naming that file, not a derived copy)
-        check_labels(snakemake.input.label, load_volume(snakemake.input.label)[0],
-                     list(range(1, snakemake.params.n_classes + 1)))
+    labelled = "label" in snakemake.output.keys()
+    n = snakemake.params.n_classes
+    allowed = list(range(1, n + 1)) if n else None
+    if labelled:  # read once; its values checked before the registration's minutes, naming the user's file
+        label_volume = load_volume(snakemake.input.label)
+        if allowed:
+            check_labels(snakemake.input.label, label_volume[0], allowed)
     data, transform, qc = preprocess_image(snakemake.input.image, pre, grid, template, template_roi,
                                            threads=snakemake.threads)
     affine = np.asarray(grid["affine"])
-    if "label" in snakemake.output.keys():
+    if labelled:
         # the same transform, nearest neighbour: one resampling per scan, like the image
-        label = preprocess_label(snakemake.input.label, pre, grid, transform if pre["register"] else None)
+        label = preprocess_label(snakemake.input.label, pre, grid, transform if pre["register"] else None,
+                                 volume=label_volume)
         save_volume(snakemake.output.label, label, affine, dtype=np.int16)
         log.info("label values %s", np.unique(label).tolist())
     save_volume(snakemake.output.image, data, affine, dtype=np.float32)

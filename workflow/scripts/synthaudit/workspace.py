@@ -121,8 +121,8 @@ def build_manifest(inp: Inputs) -> tuple[list[dict], str]:
                  "patient_id": s.patient_id, "role": s.role} for s in scans]
         how = f"from {inp.training}"
     else:
-        roles = {i: "train" for i in nifti_files(inp.training, "training")}
-        images = dict(nifti_files(inp.training, "training"))
+        images = nifti_files(inp.training, "training")
+        roles = {i: "train" for i in images}
         if inp.heldout:
             held = nifti_files(inp.heldout, "held-out")
             both = sorted(set(held) & set(images))

@@ -92,9 +92,19 @@ def preprocess_image(image_path: str, pre: dict, grid: dict, template=None, temp
     return out, transform, qc
 
 
-def preprocess_label(label_path: str, pre: dict, grid: dict, transform=None) -> np.ndarray:
-    """Carry a label map onto the grid with nearest neighbour (values never interpolated)."""
-    data, affine = load_volume(label_path)
+def preprocess_label(label_path: str, pre: dict, grid: dict, transform=None, allowed=None,
+                     volume: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+    """Carry a label map onto the grid with nearest neighbour (values never interpolated).
+
+    ``allowed``: the declared label values; others are refused naming ``label_path`` (the
+    user's file, before any derived copy exists). ``volume``: the file's ``(data, affine)``
+    when the caller has loaded it already (checked before a registration), so it is read once.
+    """
+    data, affine = volume if volume is not None else load_volume(label_path)
+    if allowed is not None:
+        from ..segment.measures import check_labels
+
+        check_labels(label_path, data, allowed)
     if not np.allclose(data, np.round(data)):
         raise VolumeError(f"{label_path}: label map has non-integer values")
     if pre["register"]:
