@@ -10,7 +10,7 @@ from skimage.metrics import structural_similarity
 
 from synthaudit.relict import image_measures
 from synthaudit.relict.evaluate import evaluate_measure, optimal_threshold, roc_auc, threshold_sweep
-from synthaudit.relict.image_measures import MEASURES, SIMILARITIES, all_pairs_image_measures, to_distance
+from synthaudit.relict.image_measures import FUSED as MEASURES, all_pairs_image_measures
 from synthaudit.relict.ratio import distance_ratio, ranking_rows
 
 
@@ -163,17 +163,6 @@ def test_kernels_and_torch_agree_and_threads_do_not_change_values():
     for m in MEASURES:
         np.testing.assert_array_equal(kernels[m], one[m])
         np.testing.assert_allclose(kernels[m], torch_path[m], rtol=1e-6, atol=1e-7)
-
-
-def test_to_distance():
-    assert SIMILARITIES == {"ssim"}
-    np.testing.assert_array_equal(to_distance("ssim", np.array([1.0, 0.0, -1.0, 0.5])), [0.0, 0.5, 1.0, 0.25])
-    values = np.array([[0.0, 2.5]])
-    distances = to_distance("rmse", values)
-    np.testing.assert_array_equal(distances, values)
-    assert distances is not values
-    with pytest.raises(ValueError):
-        to_distance("psnr", values)
 
 
 # ---------------------------------------------------------------------------

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from synthaudit.relict.image_measures import all_pairs_image_measures
-from synthaudit.relict.levels import to_distance
+from synthaudit.registry import to_distance
 from synthaudit.relict.shards import gather, shard_blocks, shard_names, shard_ranges
 from synthaudit.segment.measures import all_pairs_segmentation_measures
 

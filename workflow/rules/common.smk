@@ -10,7 +10,7 @@ from snakemake.exceptions import WorkflowError
 
 from synthaudit.privacy.data import PrivacyDataError, check_patients, patient_split
 from synthaudit.config import ParamsError, filter_measures, resolve_datasets, validate_params, with_sweep
-from synthaudit.relict import levels as measure_levels
+from synthaudit import registry
 from synthaudit.relict import shards as relict_shards
 from synthaudit.sources import SourceError, generator_training_subset, plan_dataset
 
@@ -56,7 +56,7 @@ def measures_of(dataset):
     for m in MEASURES:
         if m not in chosen:
             continue
-        level = measure_levels.get(m).level
+        level = registry.get(m).level
         if level == "segmentation" and not seg:
             continue
         if m.endswith("_multiclass") and len(seg["classes"]) < 2:
@@ -71,9 +71,9 @@ ALIGNED_DATASETS = [d for d in ALIGN["datasets"] if d in DATASETS]
 ALIGNED_MEASURES = [f"{m}_aligned" for m in ALIGN["measures"]]
 MEASURES_BY_DS = {d: measures_of(d) + (ALIGNED_MEASURES if d in ALIGNED_DATASETS else []) for d in DATASETS}
 # measures computed by the all-pairs jobs (the aligned variants come from relict_align)
-IMAGE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "image"]
-FEATURE_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "feature"]
-SEG_MEASURES = [m for m in MEASURES if measure_levels.get(m).level == "segmentation"]
+IMAGE_MEASURES = [m for m in MEASURES if registry.get(m).level == "image"]
+FEATURE_MEASURES = [m for m in MEASURES if registry.get(m).level == "feature"]
+SEG_MEASURES = [m for m in MEASURES if registry.get(m).level == "segmentation"]
 # datasets audited at segmentation level (a segmentation block and a measure of that level)
 SEG_DATASETS = [d for d in DATASETS if any(m in SEG_MEASURES for m in MEASURES_BY_DS[d])]
 FEATURE_DATASETS = [d for d in DATASETS if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d])]
@@ -376,7 +376,7 @@ CALIBRATION_BASES = [b for b in OWN_TRAINING if PLANS[b].heldout]
 HELDOUT_MEASURES = {
     b: [m for m in MEASURES + ALIGNED_MEASURES
         if any(TRAINING_OF[d] == b and m in MEASURES_BY_DS[d] for d in DATASETS)
-        and (measure_levels.get(m).level != "segmentation" or heldout_labels_available(b))]
+        and (registry.get(m).level != "segmentation" or heldout_labels_available(b))]
     for b in CALIBRATION_BASES}
 CALIBRATED = {d: [m for m in MEASURES_BY_DS[d] if m in HELDOUT_MEASURES.get(TRAINING_OF[d], [])] for d in DATASETS}
 COPIES_DATASETS = [d for d in REVIEWED_DATASETS if CALIBRATED[d]]

@@ -4,7 +4,7 @@
 # thresholds tuned on a rating and the filter of later synthetic sets with them.
 # Measures per dataset: MEASURES_BY_DS; params: relict.review (params.yaml).
 
-from synthaudit.relict import levels as relict_levels
+from synthaudit import registry
 
 REVIEW_CFG = config["relict"]["review"]
 # Table 2's extraction time of the segmentation level: the benchmark files of the jobs that
@@ -20,7 +20,7 @@ REVIEW_SEG_PREDICT = {
         else []
     )
     for d in SEG_DATASETS
-    if relict_levels.by_level(MEASURES_BY_DS[d], "segmentation")
+    if registry.by_level(MEASURES_BY_DS[d], "segmentation")
 }
 REVIEW_SEG_TRAIN = {
     d: [f"benchmarks/segment_train_unet/{TRAINING_OF[d]}.tsv"]
@@ -34,7 +34,7 @@ rule table_runtime:
         compare=lambda wc: [b for m in MEASURES_BY_DS[wc.dataset] for b in measure_benchmarks(wc.dataset, m)],
         embed=lambda wc: (
             [f"benchmarks/embed/{TRAINING_OF[wc.dataset]}/train.tsv", f"benchmarks/embed/{wc.dataset}/synthetic.tsv"]
-            if relict_levels.by_level(MEASURES_BY_DS[wc.dataset], "feature")
+            if registry.by_level(MEASURES_BY_DS[wc.dataset], "feature")
             else []
         ),
         segment=lambda wc: REVIEW_SEG_PREDICT.get(wc.dataset, []),

@@ -15,7 +15,8 @@ from synthaudit.figures import pair_figure
 from synthaudit.io import load_volume, write_text
 from synthaudit.logs import Progress, logged
 from synthaudit.ratings import write_rating_template
-from synthaudit.relict import levels, tables
+from synthaudit import registry
+from synthaudit.relict import tables
 
 
 def main(log):
@@ -24,7 +25,7 @@ def main(log):
     synthetic_paths = tables.paths_by_id(snakemake.input.synthetic)
     training_paths = tables.paths_by_id(snakemake.input.training)
     vrange = json.loads(open(snakemake.input.grid).read()).get("intensity_range")
-    label = levels.get(measure).label
+    label = registry.get(measure).label
     kind = tables.score_kind(measure)
     pages = Path(snakemake.output.pages)
     pages.mkdir(parents=True, exist_ok=True)

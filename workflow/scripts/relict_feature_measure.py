@@ -7,7 +7,7 @@ import numpy as np
 from synthaudit.features.compare import all_pairs_feature_measures, load_embeddings, standardise
 from synthaudit.io import atomic_path
 from synthaudit.logs import logged
-from synthaudit.relict.levels import to_distance
+from synthaudit.registry import to_distance
 
 with logged(snakemake.log[0]) as log:
     measure = snakemake.wildcards.measure

@@ -8,7 +8,7 @@ import numpy as np
 from synthaudit.io import atomic_path, check_on_grid, load_volume
 from synthaudit.logs import Progress, logged
 from synthaudit.relict.image_measures import all_pairs_image_measures
-from synthaudit.relict.levels import to_distance
+from synthaudit.registry import to_distance
 
 
 def data_range(ssim_cfg, grid, qc_files):

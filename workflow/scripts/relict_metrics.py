@@ -7,7 +7,7 @@ import json
 from synthaudit.features.compare import load_embeddings
 from synthaudit.io import write_json
 from synthaudit.logs import logged
-from synthaudit.relict import levels
+from synthaudit import registry
 from synthaudit.relict.summary import read_ranking
 
 KEYS = ("threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic", "n_replicas")
@@ -25,7 +25,7 @@ with logged(snakemake.log[0]) as log:
         entry = {}
         for m in snakemake.params.measures[d]:
             rows = read_ranking(next(rankings))
-            e = {"level": levels.get(m).level, "n_closest_used": rows[0]["n_used"],
+            e = {"level": registry.get(m).level, "n_closest_used": rows[0]["n_used"],
                  "min_score": min(r["score"] for r in rows)}
             called = [r["calibrated_replica"] for r in rows if r["calibrated_replica"] is not None]
             if called:  # held-out-calibrated calls (relict.calibration)
@@ -36,7 +36,7 @@ with logged(snakemake.log[0]) as log:
                     e["calibrated_percent_synthetic_copies"] = h["percent_synthetic_copies"]
                     e["calibrated_n_patients_copied"] = h["n_patients_copied"]
                     e["calibrated_percent_patients_copied"] = h["percent_patients_copied"]
-            if levels.get(m).level == "feature":
+            if registry.get(m).level == "feature":
                 meta = embedding_meta[d]
                 e["extractor"] = meta["label"]  # says "untrained" when no weights were given
                 if meta.get("grid_used") is not None:  # the pooling grid on this dataset's grid (only down)

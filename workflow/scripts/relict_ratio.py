@@ -12,7 +12,8 @@ import numpy as np
 
 from synthaudit.io import write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict import calibration, levels
+from synthaudit import registry
+from synthaudit.relict import calibration
 from synthaudit.relict.ratio import distance_ratio, ranking_rows
 from synthaudit.relict.summary import CALIBRATION_COLUMNS, RANKING_COLUMNS
 
@@ -21,7 +22,7 @@ NULL_COLUMNS = ["heldout_id", "patient_id", "closest_training_id", "score", "fpr
 with logged(snakemake.log[0]) as log:
     npz = np.load(snakemake.input.measure)
     measure = str(npz["measure"])
-    use_ratio = levels.get(measure).uses_ratio
+    use_ratio = registry.get(measure).uses_ratio
     training_ids = list(npz["training_ids"])
     result = distance_ratio(npz["distances"], snakemake.params.n_closest, warn=log.warning)
     rows = ranking_rows(list(npz["synthetic_ids"]), training_ids, result, measure, use_ratio)

@@ -7,7 +7,7 @@ import numpy as np
 
 from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import Progress, logged
-from synthaudit.relict.levels import to_distance
+from synthaudit.registry import to_distance
 from synthaudit.segment.measures import all_pairs_segmentation_measures, check_labels
 
 with logged(snakemake.log[0]) as log:

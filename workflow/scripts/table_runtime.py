@@ -6,7 +6,8 @@ Rule ``table_runtime_all``: every dataset side by side in minutes, as the paper'
 
 from synthaudit.io import read_tsv, write_text, write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict import levels, tables
+from synthaudit import registry
+from synthaudit.relict import tables
 
 
 def per_dataset(log):
@@ -19,7 +20,7 @@ def per_dataset(log):
     training = tables.combine_benchmarks([tables.read_benchmark(p) for p in snakemake.input.segment_training])
     source = snakemake.params.segmentation_source
     note = f"label maps were not computed in the workflow (segmentation source: {source}): segmentation time 0"
-    if levels.by_level(measures, "segmentation") and segment is None:
+    if registry.by_level(measures, "segmentation") and segment is None:
         log.warning("%s: %s", dataset, note)
     rows = tables.runtime_table(measures, compare, embed, segment, training, note)
     write_tsv(snakemake.output.table, rows, tables.RUNTIME_COLUMNS)

@@ -15,7 +15,7 @@ import numpy as np  # noqa: E402
 from .io import atomic_path  # noqa: E402
 
 LIKERT_COLOURS = {1: "#1a9850", 2: "#91cf60", 3: "#fc8d59", 4: "#d73027"}
-from .relict.levels import MEASURES as _MEASURES  # noqa: E402
+from .registry import MEASURES as _MEASURES  # noqa: E402
 
 MEASURE_LABELS = {name: m.label for name, m in _MEASURES.items()}
 
@@ -38,7 +38,7 @@ def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[s
     measures on the absolute distance (RELICT 2.4); ``notes`` adds a line to a panel's
     title (e.g. the feature extractor, "untrained").
     """
-    from .relict import levels
+    from . import registry
 
     notes = notes or {}
     n = len(sweeps)
@@ -48,7 +48,7 @@ def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[s
     for ax in axes.flat[n:]:
         ax.set_visible(False)
     for ax, (measure, rows) in zip(axes.flat, sweeps.items()):
-        m = levels.get(measure)
+        m = registry.get(measure)
         t = np.array([float(r["threshold"]) for r in rows], float)
         ba = np.array([float(r["balanced_accuracy"]) for r in rows], float)
         ax.plot(t, ba, color="#2166ac", lw=1.8)
@@ -76,11 +76,11 @@ def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optim
     Scores are distance ratios (image, feature level) or absolute distances
     (segmentation level, in their own units): one panel per kind.
     """
-    from .relict import levels
+    from . import registry
 
-    groups = [("distance ratio (closest / mean of n closest)", [m for m in measures if levels.get(m).uses_ratio]),
+    groups = [("distance ratio (closest / mean of n closest)", [m for m in measures if registry.get(m).uses_ratio]),
               ("absolute distance to the closest (segmentation)",
-               [m for m in measures if not levels.get(m).uses_ratio])]
+               [m for m in measures if not registry.get(m).uses_ratio])]
     groups = [g for g in groups if g[1]]
     fig, axes = plt.subplots(1, len(groups), figsize=(sum(1.5 * len(g[1]) + 1.5 for g in groups) + 2.0, 4.2),
                              squeeze=False)
@@ -95,7 +95,7 @@ def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optim
             opt = optima.get(m)
             if opt and opt.get("threshold") is not None:
                 ax.hlines(opt["threshold"], i - 0.3, i + 0.3, color="#b2182b", ls="--", lw=1, zorder=4)
-        ax.set_xticks(range(len(group)), [levels.get(m).label for m in group], rotation=30, ha="right", fontsize=8)
+        ax.set_xticks(range(len(group)), [registry.get(m).label for m in group], rotation=30, ha="right", fontsize=8)
         ax.set_ylabel(ylabel)
         ax.grid(axis="y", alpha=0.3)
     handles = [plt.Line2D([], [], marker="o", ls="", color=c, markeredgecolor="black", label=f"Likert {k}")
@@ -176,7 +176,8 @@ def calibration_figure(path, rankings: dict[str, list[dict]], nulls: dict[str, l
     the known truth when there is one. The dashed line is the whole pool's calibrated
     threshold (scores below it are called).
     """
-    from .relict import calibration, levels
+    from . import registry
+    from .relict import calibration
 
     truth = truth or {}
     n = len(rankings)
@@ -199,7 +200,7 @@ def calibration_figure(path, rankings: dict[str, list[dict]], nulls: dict[str, l
         t = calibration.threshold(null, rate)
         if t is not None and np.isfinite(t):
             ax.axhline(t, color="#b2182b", ls="--", lw=1)
-        m = levels.get(measure)
+        m = registry.get(measure)
         ax.set_xticks([0, 1], ["held-out", "synthetic"])
         ax.set_ylabel("distance ratio" if m.uses_ratio else f"distance{(' (' + m.unit + ')') if m.unit else ''}")
         ax.set_title(MEASURE_LABELS.get(measure, measure), fontsize=9)

@@ -14,15 +14,13 @@ from typing import Any
 
 import yaml
 
-# Measure -> RELICT level; the level decides which engine function runs it.
-LEVELS = {
-    "mae": "image", "rmse": "image", "ssim": "image",
-    "emb_rmse": "feature", "emb_cosine": "feature",
-    "dice_binary": "segmentation", "dice_multiclass": "segmentation",
-    "asd_binary": "segmentation", "asd_multiclass": "segmentation",
-}
+from .. import registry
+
+# Measure -> RELICT level (the registry's, without the aligned variants: they need the
+# alignment search, benchmarked by ``bench.alignment``); the level decides the engine.
+LEVELS = {name: registry.get(name).level for name in registry.names()}
 MEASURES = tuple(LEVELS)
-MULTICLASS = frozenset({"dice_multiclass", "asd_multiclass"})
+MULTICLASS = frozenset(name for name in MEASURES if registry.get(name).multiclass)
 KINDS = ("ncct", "tof")
 DEVICES = ("auto", "cpu", "cuda")
 

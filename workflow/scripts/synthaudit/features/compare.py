@@ -27,10 +27,10 @@ from typing import Any
 
 import numpy as np
 
+from synthaudit import registry
 from synthaudit.io import atomic_path
 
-MEASURES = ("emb_rmse", "emb_cosine")
-SIMILARITIES = frozenset({"emb_cosine"})  # larger = more alike; RELICT 2.4 converts them to distances
+MEASURES = tuple(registry.names("feature"))  # the registry's feature level
 
 # Rows per block of the float64 matrix products (bounds the float64 copies in memory).
 _BLOCK_BYTES = 64 << 20
@@ -142,12 +142,7 @@ def _mean_rows(x: np.ndarray, block: int) -> np.ndarray:
 
 
 def _check_measures(measures: Sequence[str]) -> list[str]:
-    if isinstance(measures, str):
-        measures = [measures]
-    unknown = [m for m in measures if m not in MEASURES]
-    if unknown or not measures:
-        raise ValueError(f"unknown feature measure(s) {unknown}; known: {', '.join(MEASURES)}")
-    return list(dict.fromkeys(measures))
+    return registry.check(measures, "feature")
 
 
 def _as_matrix(x: np.ndarray, what: str) -> np.ndarray:

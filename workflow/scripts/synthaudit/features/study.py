@@ -83,7 +83,7 @@ def score_embeddings(synthetic: np.ndarray, training: np.ndarray, is_replica: np
         n_replicas, n_nonreplicas}}``.
     """
     from ..relict.evaluate import evaluate_measure
-    from ..relict.levels import to_distance
+    from ..registry import to_distance
     from ..relict.ratio import distance_ratio
 
     synthetic, training = standardise(synthetic, training, scaling)

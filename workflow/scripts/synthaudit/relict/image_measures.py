@@ -57,11 +57,13 @@ from dataclasses import dataclass, fields
 import numpy as np
 import torch
 
+from .. import registry
 from ..devices import resolve_device
 from . import kernels
 
-MEASURES = ("mae", "rmse", "ssim")
-SIMILARITIES = frozenset({"ssim"})
+# the measures the engine computes in its fused passes; any other image-level measure of
+# the registry is a function of this module called per training volume (_pairwise_columns)
+FUSED = ("mae", "rmse", "ssim")
 
 _K1, _K2 = 0.01, 0.03  # SSIM stabiliser constants (Wang et al. 2004; skimage defaults)
 # On CPU a pair's maps are processed in slabs of the first axis holding about this
@@ -83,28 +85,6 @@ _MEDIAN_SAMPLES = 1 << 18
 # block): MAE/RMSE blocks hold float32 volumes, SSIM blocks five maps per volume.
 _CPU_ERROR_BLOCK = 16
 _CPU_SSIM_BLOCK = 4
-
-
-def to_distance(measure: str, values: np.ndarray) -> np.ndarray:
-    """Convert raw measure values to distances (small = similar).
-
-    RELICT 2.4 thresholds distances only, so a similarity ``s`` in [-1, 1] is
-    normalised to [0, 1] and subtracted from 1: ``1 - (s + 1) / 2``. Distances are
-    returned unchanged (as a float64 copy).
-
-    Args:
-        measure: One of :data:`MEASURES`.
-        values: Raw values as returned by :func:`all_pairs_image_measures`.
-
-    Returns:
-        Distances, same shape as ``values``.
-    """
-    if measure not in MEASURES:
-        raise ValueError(f"unknown measure {measure!r}; known: {', '.join(MEASURES)}")
-    values = np.array(values, dtype=np.float64)
-    if measure in SIMILARITIES:
-        return 1.0 - (values + 1.0) / 2.0
-    return values
 
 
 def all_pairs_image_measures(
@@ -138,7 +118,9 @@ def all_pairs_image_measures(
         synthetic: Synthetic volumes, shape (S, X, Y, Z); held in memory (float32).
         training: Training volumes of shape (X, Y, Z): an array (T, X, Y, Z) or any
             iterable yielding one volume at a time. Each is read once.
-        measures: Names from :data:`MEASURES`.
+        measures: Image-level names of the registry (:mod:`synthaudit.registry`): MAE,
+            RMSE and SSIM run in the fused passes below, any other is its registered
+            function of this module, called once per training volume.
         data_range: Intensity range ``L`` of the data (SSIM's C1 = (0.01 L)^2,
             C2 = (0.03 L)^2); must be positive.
         ssim_sigma: Standard deviation of the Gaussian window, in voxels.
@@ -174,6 +156,62 @@ def all_pairs_image_measures(
             volumes of the wrong shape, or volumes smaller than the SSIM window.
     """
     wanted = _check_measures(measures)
+    fused = [m for m in wanted if m in FUSED]
+    pairwise = {m: registry.implementation(m) for m in wanted if m not in FUSED}
+    settings = dict(data_range=data_range, ssim_sigma=ssim_sigma, ssim_truncate=ssim_truncate,
+                    use_sample_covariance=use_sample_covariance, device=device, batch_size=batch_size,
+                    max_memory_mb=max_memory_mb, threads=threads, backend=backend)
+    total = n_training if n_training is not None else _length(training)
+    if not pairwise:
+        return _fused_all_pairs(synthetic, training, fused, n_training=total, progress=progress, **settings)
+    synthetic = _float32_array(synthetic)
+    if synthetic.ndim != 4:
+        raise ValueError(f"synthetic must have shape (S, X, Y, Z), got {synthetic.shape}")
+    columns: dict[str, list[np.ndarray]] = {m: [] for m in pairwise}
+
+    def measured(volumes):
+        """Each training volume once: the registered functions' column, then on to the fused passes."""
+        for index, volume in enumerate(volumes):
+            target = _float32_array(volume)
+            if target.shape != synthetic.shape[1:]:
+                raise ValueError(f"training volume {index} has shape {target.shape}; the synthetic volumes have "
+                                 f"{synthetic.shape[1:]}")
+            for m, function in pairwise.items():
+                columns[m].append(np.asarray(function(synthetic, target), dtype=np.float64))
+            yield target
+
+    if fused:
+        out = _fused_all_pairs(synthetic, measured(training), fused, n_training=total, progress=progress, **settings)
+    else:
+        out = {}
+        for done, _ in enumerate(measured(training), start=1):
+            if progress is not None:
+                progress(done, total)
+    for m in pairwise:
+        out[m] = np.stack(columns[m], axis=1) if columns[m] else np.empty((len(synthetic), 0))
+    return {m: out[m] for m in wanted}
+
+
+def _fused_all_pairs(
+
+    synthetic: np.ndarray,
+    training: Iterable[np.ndarray] | np.ndarray,
+    measures: Sequence[str],
+    *,
+    data_range: float,
+    ssim_sigma: float = 1.5,
+    ssim_truncate: float = 3.5,
+    use_sample_covariance: bool = True,
+    device: str | torch.device = "auto",
+    batch_size: int | None = None,
+    max_memory_mb: float = 4096,
+    threads: int | None = None,
+    n_training: int | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+    backend: str = "auto",
+) -> dict[str, np.ndarray]:
+    """MAE, RMSE and SSIM in the fused passes (arguments as :func:`all_pairs_image_measures`)."""
+    wanted = list(measures)
     synthetic = _float32_array(synthetic)
     if synthetic.ndim != 4:
         raise ValueError(f"synthetic must have shape (S, X, Y, Z), got {synthetic.shape}")
@@ -303,15 +341,8 @@ def _copy_volume(volume, out: np.ndarray, index: int) -> None:
 
 
 def _check_measures(measures: Sequence[str]) -> list[str]:
-    """Validate measure names; keep their order, drop repeats."""
-    if isinstance(measures, str):
-        measures = [measures]
-    unknown = [m for m in measures if m not in MEASURES]
-    if unknown:
-        raise ValueError(f"unknown measure(s) {unknown}; known: {', '.join(MEASURES)}")
-    if not measures:
-        raise ValueError("no measures requested")
-    return list(dict.fromkeys(measures))
+    """Validate measure names (image level of the registry); keep their order, drop repeats."""
+    return registry.check(measures, "image")
 
 
 def _length(training) -> int | None:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from ..io import read_tsv
 from ..ratings import agreement
-from . import levels
+from .. import registry
 
 # RELICT Table 1: the Likert scale of the visual rating, with the paper's descriptions.
 LIKERT_SCALE = [
@@ -217,7 +217,7 @@ def runtime_table(measures: Sequence[str], compare: Mapping[str, dict], embed: d
     """
     rows = []
     for m in measures:
-        info = levels.get(m)
+        info = registry.get(m)
         if m not in compare:
             raise ReviewError(f"{m}: no benchmark of its comparison job")
         c = compare[m]
@@ -262,10 +262,10 @@ def runtime_overview(per_dataset: Mapping[str, list[dict]], digits: int = 2) -> 
     for ds, rows in per_dataset.items():
         for r in rows:
             minutes.setdefault(r["measure"], {})[ds] = round(float(r["total_min"]), digits)
-    order = [m for m in levels.MEASURES if m in minutes] + sorted(m for m in minutes if m not in levels.MEASURES)
+    order = [m for m in registry.MEASURES if m in minutes] + sorted(m for m in minutes if m not in registry.MEASURES)
     out = []
     for m in order:
-        info = levels.get(m)
+        info = registry.get(m)
         row = {"measure": m, "label": info.label, "level": info.level}
         row.update({ds: minutes[m].get(ds) for ds in per_dataset})
         out.append(row)
@@ -330,7 +330,7 @@ CLOSEST_AGREEMENT_COLUMNS = ["measure", "label", "reference", "n_synthetic", "n_
 
 def closest_agreement_rows(summary: dict) -> list[dict]:
     """Rows for closest_agreement.tsv: one per measure, then ``all`` (every measure agrees)."""
-    rows = [{"measure": m, "label": levels.get(m).label, "reference": summary["reference"],
+    rows = [{"measure": m, "label": registry.get(m).label, "reference": summary["reference"],
              "n_synthetic": summary["n_synthetic"], "n_same_closest": p["n_same"],
              "fraction_same": p["fraction_same"]} for m, p in summary["per_measure"].items()]
     rows.append({"measure": "all", "label": "all measures agree", "reference": summary["reference"],
@@ -407,7 +407,7 @@ def combined_ranking(rankings: Mapping[str, list[dict]],
 
 def score_kind(measure: str) -> str:
     """What a measure's replica score is: the distance ratio, or the absolute distance."""
-    return "distance ratio" if levels.get(measure).uses_ratio else "absolute distance"
+    return "distance ratio" if registry.get(measure).uses_ratio else "absolute distance"
 
 
 _THRESHOLD_KEYS = ("balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic", "n_replicas")
@@ -441,7 +441,7 @@ def tuned_thresholds(dataset: str, evaluation: dict, measures: Sequence[str],
             raise ReviewError(f"dataset {dataset}: evaluation has no measure {m!r} (has {sorted(ev)})")
         e = ev[m]
         t = thresholds_from_evaluation(evaluation, [m])[m]
-        entry = {"threshold": t, "score": score_kind(m), "level": levels.get(m).level,
+        entry = {"threshold": t, "score": score_kind(m), "level": registry.get(m).level,
                  "n_used": None if n_used is None else n_used.get(m),
                  "threshold_ci": (e.get("ci") or {}).get("threshold")}
         entry.update({k: e.get(k) for k in _THRESHOLD_KEYS})

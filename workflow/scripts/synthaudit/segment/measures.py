@@ -101,10 +101,9 @@ from scipy import ndimage
 from scipy.spatial import cKDTree
 from skimage.measure import marching_cubes
 
-MEASURES = ("dice_binary", "dice_multiclass", "asd_binary", "asd_multiclass")
-# Measures whose raw values are similarities (1 = identical); RELICT 2.4 thresholds
-# 1 - Dice, a distance, like the ASD.
-SIMILARITIES = frozenset({"dice_binary", "dice_multiclass"})
+from .. import registry
+
+MEASURES = tuple(registry.names("segmentation"))  # the registry's segmentation level
 HD_PERCENT = 95.0
 
 # Neighbourhood code of a corner: the voxel at offset (i, j, k) of its 2x2x2
@@ -170,14 +169,7 @@ def _check_pair(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _check_measures(measures: Sequence[str]) -> list[str]:
-    if isinstance(measures, str):
-        measures = [measures]
-    unknown = [m for m in measures if m not in MEASURES]
-    if unknown:
-        raise ValueError(f"unknown measure(s) {unknown}; known: {', '.join(MEASURES)}")
-    if not measures:
-        raise ValueError("no measures requested")
-    return list(dict.fromkeys(measures))
+    return registry.check(measures, "segmentation")
 
 
 # --------------------------------------------------------------------------- per pair
