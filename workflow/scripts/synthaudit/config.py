@@ -21,8 +21,18 @@ class ParamsError(ValueError):
 
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
+    """The params schema, with its measure enums filled from the registry (one list of measures)."""
+    from . import registry
+
     with open(path) as fh:
-        return yaml.safe_load(fh)
+        schema = yaml.safe_load(fh)
+    defs = schema.get("$defs", {})
+    filled = {"measure": registry.names(), "alignable_measure": registry.alignable(),
+              "ranked_measure": [n for n in registry.names() if registry.get(n).uses_ratio]}
+    for name, values in filled.items():
+        if name in defs:
+            defs[name]["enum"] = values
+    return schema
 
 
 def _key_path(error: jsonschema.ValidationError) -> str:
