@@ -84,6 +84,8 @@ _BASE = (
     Measure("mae", "image", "MAE", None, True, "fused", alignable=True),
     Measure("rmse", "image", "RMSE", None, True, "fused", alignable=True),
     Measure("ssim", "image", "SSIM", (-1.0, 1.0), True, "fused"),
+    # not in RELICT: invariant to a linear intensity change of a replica
+    Measure("ncc", "image", "NCC", (-1.0, 1.0), True, "ncc"),
     # feature level (RELICT 2.3.2): embeddings of a 3D ResNet
     Measure("emb_rmse", "feature", "Embedding RMSE", None, True, "all_pairs_feature_measures"),
     Measure("emb_cosine", "feature", "Embedding cosine", (-1.0, 1.0), True, "all_pairs_feature_measures"),

@@ -340,6 +340,35 @@ def _copy_volume(volume, out: np.ndarray, index: int) -> None:
     np.copyto(out, array, casting="unsafe")
 
 
+def ncc(synthetic: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Normalised cross-correlation of each synthetic volume with one training volume.
+
+    The Pearson correlation of the voxel values, ``sum(x~ y~) / sqrt(sum(x~^2) sum(y~^2))``
+    with ``x~ = x - mean(x)`` (ITK's NormalizedCorrelation without its sign flip): 1 for
+    a replica up to a linear intensity change ``a x + b`` (a > 0), which MAE and RMSE
+    count as a difference. A constant volume correlates with nothing: 0. Centred in
+    float64, one synthetic volume at a time.
+
+    Args:
+        synthetic: (S, X, Y, Z) float32 volumes.
+        target: One (X, Y, Z) float32 training volume.
+
+    Returns:
+        (S,) float64 correlations in [-1, 1].
+    """
+    y = target.reshape(-1).astype(np.float64)
+    y -= y.mean()
+    y_norm = math.sqrt(float(y @ y))
+    out = np.zeros(len(synthetic))
+    for i, volume in enumerate(synthetic):
+        x = volume.reshape(-1).astype(np.float64)
+        x -= x.mean()
+        denominator = math.sqrt(float(x @ x)) * y_norm
+        if denominator > 0:
+            out[i] = float(x @ y) / denominator
+    return np.clip(out, -1.0, 1.0)
+
+
 def _check_measures(measures: Sequence[str]) -> list[str]:
     """Validate measure names (image level of the registry); keep their order, drop repeats."""
     return registry.check(measures, "image")
