@@ -38,7 +38,7 @@ USE_CASE_KEYS = ("kind", "n_synthetic", "n_training", "n_replicas", "shape", "sp
                  "embedding_dim", "measures", "combined", "targets", "two_stage")
 USE_CASE_OPTIONAL = {"n_replicas": None, "combined": (), "targets": {}, "two_stage": None}
 # The optional two-stage search: candidates from block-averaged volumes with an IVF index,
-# then the exact measure on the top-K (relict.two_stage); its values are checked against
+# then the exact measure on the top-K (bench.two_stage_search); its values are checked against
 # the engine's full matrix of the same measure.
 TWO_STAGE_KEYS = {"measure", "downsample", "k_candidates", "n", "n_lists", "n_probe"}
 

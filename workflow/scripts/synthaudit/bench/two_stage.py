@@ -1,4 +1,4 @@
-"""Benchmark of the two-stage search (relict.two_stage) against the exact all-pairs matrix.
+"""Benchmark of the two-stage search (bench.two_stage_search) against the exact all-pairs matrix.
 
 Stage 1 ranks training volumes for each synthetic volume by block-averaged volumes
 (a downsampled image level) with an IVF index; stage 2 runs the workflow's exact
@@ -30,7 +30,7 @@ def run_two_stage(cohort: Cohort, config: dict, exact_values: np.ndarray, full_w
     import torch
 
     from synthaudit.relict.image_measures import all_pairs_image_measures
-    from synthaudit.relict.two_stage import recall_of_top_n, two_stage_search
+    from synthaudit.bench.two_stage_search import recall_of_top_n, two_stage_search
 
     torch.set_num_threads(threads)
     measure, factor = config["measure"], config["downsample"]
