@@ -193,3 +193,72 @@ def test_intensity_affine_fit_removes_a_global_intensity_change():
     assert res.transform.scale == pytest.approx(1 / 1.3, rel=1e-3) and res.rmse < 1e-4
     (without,) = al.align_pair_set(syn, [src], al.SearchSpace(flip_axes=(0,)), SP)
     assert without.rmse > 0.03
+
+
+def test_candidate_search_from_files_reads_each_volume_once_and_equals_the_direct_calls():
+    shape = (16, 18, 14)
+    training = [head(s, shape) for s in range(30, 36)]
+    syn = [al._integer_shift(np.flip(training[2], 0).copy(), (1, 0, 0)), training[2] + np.float32(0.01),
+           training[4] + np.float32(0.02)]
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    reads, handed_out = {}, []
+
+    def load(ref):
+        reads[ref] = reads.get(ref, 0) + 1
+        kind, i = ref
+        v = (syn if kind == "s" else training)[i].copy()
+        handed_out.append((ref, v))
+        return v, affine
+
+    space = al.SearchSpace(flip_axes=(0,), max_shift_mm=4.0)
+    syn_refs, train_refs = [("s", i) for i in range(3)], [("t", j) for j in range(6)]
+    cand, hyp, spacing = al.preselect_volumes(syn_refs, train_refs, load, space, 3, 2)
+    assert spacing == [2.0, 2.0, 2.0] and cand.shape == (3, 3)
+    assert cand[:, 0].tolist() == [2, 2, 4]  # the flipped copy, the copy, the other copy
+    assert all(n == 1 for n in reads.values()) and len(reads) == 9  # each volume read once
+    direct = al.preselect([al.block_mean(v, 2) for v in syn], [al.block_mean(v, 2) for v in training], space,
+                          [4.0, 4.0, 4.0], 3, factor=1)
+    np.testing.assert_array_equal(cand, direct[0])
+    assert hyp == direct[1]
+
+    reads.clear()
+    handed_out.clear()
+    seen = []
+    pairs = al.align_candidates(syn_refs, train_refs, load, cand, hyp, space, spacing, progress=seen.append)
+    assert seen == [1, 2, 3] and [len(r) for r in pairs] == [3, 3, 3]
+    # candidate lists overlap (training 2 twice): the cache reads every candidate once
+    assert len(set(cand.ravel().tolist())) < cand.size
+    assert {j for (kind, j), n in reads.items() if kind == "t"} == set(cand.ravel().tolist())
+    assert all(n == 1 for n in reads.values())
+    assert all(not v.flags.writeable for (kind, _), v in handed_out if kind == "t")  # shared: read-only
+    for i in range(3):
+        expected = al.align_pair_set(syn[i], [training[j] for j in cand[i]], space, spacing, hyp[i])
+        assert [(p.mae, p.rmse) for p in pairs[i]] == [(p.mae, p.rmse) for p in expected]
+    assert pairs[0][0].transform.flips == (0,) and pairs[0][0].rmse < 0.5 * rmse(syn[0], training[2])
+
+    # a cache of K volumes only: the same results, more reads
+    reads.clear()
+    small = al.align_candidates(syn_refs, train_refs, load, cand, hyp, space, spacing, cache_bytes=0)
+    assert [[(p.mae, p.rmse) for p in r] for r in small] == [[(p.mae, p.rmse) for p in r] for r in pairs]
+    assert sum(n for (kind, _), n in reads.items() if kind == "t") >= len(set(cand.ravel().tolist()))
+
+
+def test_alignment_table_rows_and_columns():
+    plain = {"mae": np.array([[0.5, 0.1, 0.4]]), "rmse": np.array([[0.6, 0.2, 0.5]])}
+    shifted = al.Transform(flips=(0, 2), shift_vox=(1.0, -0.5, 0.0))
+    rotated = al.Transform(rotation_axis=1, angle_deg=-7.5)
+    pairs = [[al.PairResult(shifted, mae=0.3, rmse=0.35), al.PairResult(rotated, mae=0.4, rmse=0.45)]]
+    rows = al.alignment_rows(["s1"], ["t1", "t2", "t3"], np.array([[2, 0]]), pairs, plain, (2.0, 3.0, 1.5))
+    cols = al.alignment_columns(["mae", "rmse"])
+    assert cols[-4:] == ["mae_plain", "mae_aligned", "rmse_plain", "rmse_aligned"]
+    assert [list(r) for r in rows] == [cols, cols]
+    first, second = rows
+    assert (first["training_id"], first["candidate_rank"], first["flip_axes"], first["rotation_axis"]) == \
+        ("t3", 1, "02", "")
+    assert (first["shift_x_mm"], first["shift_y_mm"], first["shift_z_mm"]) == (2.0, -1.5, 0.0)
+    assert first["transform"] == "flip02 shift=(2.0,-1.5,0.0)mm"
+    assert (first["mae_plain"], first["mae_aligned"], first["rmse_plain"], first["rmse_aligned"]) == \
+        (0.4, 0.3, 0.5, 0.35)
+    assert (second["training_id"], second["candidate_rank"], second["rotation_axis"], second["angle_deg"]) == \
+        ("t1", 2, 1, -7.5)
+    assert second["transform"] == "rot1=-7.5deg" and second["mae_plain"] == 0.5

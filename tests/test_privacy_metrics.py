@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from synthaudit.privacy import figures
+from synthaudit.privacy import figures, summary
 from synthaudit.privacy.metrics import agreement, retrieval_metrics, roc_auc, roc_curve, verification_metrics
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -268,3 +268,67 @@ def test_flag_score_figure_histograms_and_strips(tmp_path):
     path = tmp_path / "scores.png"
     figures.flag_score_figure(path, scores, tau, "best match per volume", "best match score")
     assert_png(path)
+
+
+# ------------------------------------------------------------- gathered evaluations
+
+
+def _evaluation(space, seconds, roc=True, near_duplicates=None):
+    """A hand-made evaluation.json of one space with one synthetic set (privacy_evaluate's keys)."""
+    consistency = {"unanimous_fraction": 0.75, "unanimous_flagged": 1, "unanimous_accepted": 2,
+                   "attribution_unanimous_fraction": 0.5}
+    syn = {"n": 4, "n_flagged": 1, "flag_rate": 0.25, "consistency": consistency,
+           "recall": {"learned_fraction": 0.6, "recall": 0.4}}
+    if near_duplicates:
+        syn["near_duplicates"] = near_duplicates
+    return {
+        "training_set": "ncct", "space": space, "n_filters": 3, "tau": 0.8 if space == "image" else 0.7,
+        "seconds_per_epoch": {"filter0": seconds, "filter1": seconds + 2.0, "retrieval": 100.0},
+        "verification": {"auc": 0.9, "auc_ci": [0.8, 0.95], "accuracy": 0.85, "f1": 0.5,
+                         "auc_by_head": {"pred": 0.9}},
+        "verification_balanced": {"auc": 0.91, "accuracy": 0.8, "specificity": 0.7, "recall": 0.9,
+                                  "precision": 0.75, "f1": 0.82},
+        "specificity": {"specificity": 0.95},
+        "sensitivity": {"heldout_patients": {"flag_rate_overall": 0.3, "flag_rate_same_patient_max": 0.6,
+                                             "flag_rate_same_patient_mean": 0.4},
+                        "training_patients": None},
+        "synthetic": {"gen": syn},
+        "roc": {"fpr": [0.0, 1.0], "tpr": [0.0, 1.0], "auc": 0.5} if roc else {},
+    }
+
+
+def test_gathered_metrics_rows_and_figure_inputs():
+    image = _evaluation("image", 4.0, near_duplicates={"replica_flag_rate": 1.0, "nonreplica_flag_rate": 0.1})
+    latent = _evaluation("latent", 1.0, roc=False)
+    metrics, rows = summary.gather([image, latent])
+    entry = metrics["ncct"]["image"]
+    assert entry["seconds_per_epoch"] == 5.0  # mean over the filters only, not the retrieval network
+    assert metrics["ncct"]["latent"]["seconds_per_epoch"] == 2.0
+    assert metrics["ncct"]["epoch_time_ratio_image_to_latent"] == 2.5
+    assert entry["verification_auc"] == 0.9 and entry["verification_f1_all_pairs"] == 0.5
+    assert entry["verification_precision_balanced"] == 0.75 and entry["retrieval_map_at_r"] is None
+    assert entry["synthetic"]["gen"]["near_duplicates"] == {"replica_flag_rate": 1.0, "nonreplica_flag_rate": 0.1}
+    assert metrics["ncct"]["latent"]["synthetic"]["gen"]["near_duplicates"] is None
+    assert json.loads(json.dumps(metrics)) == metrics
+
+    assert [r["space"] for r in rows] == ["image", "latent"]
+    assert all(list(r) == summary.SUMMARY_COLUMNS for r in rows)
+    first = rows[0]
+    assert (first["n"], first["flagged"], first["tau"], first["specificity"]) == (4, 1, 0.8, 0.95)
+    assert (first["sensitivity_overall"], first["sensitivity_same_patient_max"]) == (0.3, 0.6)
+    assert (first["replica_flag_rate"], rows[1]["replica_flag_rate"]) == (1.0, None)
+    assert (first["learned_fraction"], first["recall"], first["seconds_per_epoch"]) == (0.6, 0.4, 5.0)
+    assert summary.headline(metrics) == {"ncct": {
+        "image": {"verification_auc": 0.9, "specificity": 0.95, "seconds_per_epoch": 5.0},
+        "latent": {"verification_auc": 0.9, "specificity": 0.95, "seconds_per_epoch": 2.0}}}
+
+    spaces = summary.by_training_set([image, latent])["ncct"]
+    curves = summary.roc_curves(spaces)
+    assert list(curves) == ["image space"] and curves["image space"][2] == 0.5  # latent has no ROC
+    assert list(summary.consistency(spaces)) == ["image: gen", "latent: gen"]
+
+
+def test_one_space_has_no_epoch_time_ratio_and_no_evaluations_give_empty_outputs():
+    metrics, rows = summary.gather([_evaluation("latent", 1.0)])
+    assert list(metrics["ncct"]) == ["latent"] and len(rows) == 1
+    assert summary.gather([]) == ({}, [])

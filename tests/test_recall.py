@@ -8,6 +8,7 @@ import pytest
 
 from synthaudit.io import read_tsv
 from synthaudit.relict import recall as R
+from synthaudit.relict.matrix import MeasureMatrix
 
 # 4 synthetic x 4 training volumes. Nearest neighbours: 0, 0 (tie 0/1 -> lowest index), 1, 2.
 D = np.array([
@@ -134,3 +135,44 @@ def test_figure_is_written_atomically_as_png(tmp_path, with_extras):
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert path.stat().st_size > 1000
     assert [p.name for p in path.parent.iterdir()] == ["recall.png"]  # no temporary file left
+
+
+def test_heldout_flags_are_strictly_below_the_percentile_of_heldout_nearest_distances():
+    # synthetic nearest distances 0.1, 0.2, 0.3, 0.05; held-out nearest 0.1 and 0.4
+    flagged, threshold = R.heldout_flags(D, REFERENCE, 50)
+    assert threshold == pytest.approx(0.25) and flagged.tolist() == [True, True, False, True]
+    flagged, threshold = R.heldout_flags(D, REFERENCE, 0)
+    assert threshold == 0.1 and flagged.tolist() == [False, False, False, True]  # 0.1 is not below 0.1
+
+
+def _matrices(heldout_training=("t0", "t1", "t2", "t3")):
+    syn = MeasureMatrix(D, "mae", ["a", "b", "c", "d"], ["t0", "t1", "t2", "t3"], 0.0, path="syn.npz")
+    held = MeasureMatrix(REFERENCE, "mae", ["h0", "h1"], list(heldout_training), 0.0, path="held.npz")
+    return syn, held
+
+
+def test_recall_against_heldout_flags_then_counts():
+    syn, held = _matrices()
+    result, subset, summary = R.recall_against_heldout(syn, held, 50.0)
+    assert subset == ["t0", "t1", "t2", "t3"]
+    expected = R.generative_recall(D, [True, True, False, True], REFERENCE)
+    assert result.summary() == expected.summary() and result.nn_of_flagged.tolist() == [2, 0, 1, 0]
+    assert list(summary)[:5] == ["flag_percentile", "flag_threshold_distance", "n_flagged", "flagged_ids",
+                                 "generator_training_subset"]
+    assert summary["flag_threshold_distance"] == pytest.approx(0.25) and summary["n_flagged"] == 3
+    assert summary["flagged_ids"] == ["a", "b", "d"] and summary["generator_training_subset"] is False
+    assert summary["recall"] == expected.recall and json.loads(json.dumps(summary)) == summary
+
+
+def test_recall_against_heldout_counts_only_the_generators_training_subset():
+    syn, held = _matrices()
+    result, subset, summary = R.recall_against_heldout(syn, held, 50.0, ["t2", "t0"])
+    # flags still from every training volume; nearest among t2, t0: c and d -> t2, a and b -> t0
+    assert subset == ["t2", "t0"] and summary["generator_training_subset"] is True
+    assert result.n_training == 2 and result.nn_count.tolist() == [2, 2]
+    assert summary["flagged_ids"] == ["a", "b", "d"]
+    with pytest.raises(ValueError, match=r"generator training volumes \['t9'\] are not in syn.npz"):
+        R.recall_against_heldout(syn, held, 50.0, ["t0", "t9"])
+    other_syn, other_held = _matrices(("t0", "t1", "t3", "t2"))
+    with pytest.raises(ValueError, match="held.npz and syn.npz list different training volumes"):
+        R.recall_against_heldout(other_syn, other_held, 50.0)

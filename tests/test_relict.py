@@ -11,7 +11,9 @@ from skimage.metrics import structural_similarity
 from synthaudit.relict import image_measures
 from synthaudit.relict.evaluate import evaluate_measure, optimal_threshold, roc_auc, threshold_sweep
 from synthaudit.relict.image_measures import FUSED as MEASURES, all_pairs_image_measures
-from synthaudit.relict.ratio import distance_ratio, ranking_rows
+from synthaudit.relict import ranking
+from synthaudit.relict.ranking import ranking_rows
+from synthaudit.relict.ratio import distance_ratio
 
 
 def structured(rng, shape, n):
@@ -139,7 +141,7 @@ def test_cuda_matches_cpu():
 
 def test_image_measure_errors():
     vols = np.zeros((2, 12, 12, 12), np.float32)
-    with pytest.raises(ValueError, match="unknown measure"):
+    with pytest.raises(ValueError, match="unknown image-level measure"):
         all_pairs_image_measures(vols, vols, ["psnr"], data_range=1.0)
     with pytest.raises(ValueError, match="training volume 1 has shape"):
         all_pairs_image_measures(vols, [vols[0], np.zeros((12, 12, 11))], ["mae"], data_range=1.0)
@@ -222,6 +224,35 @@ def test_ranking_rows():
     # segmentation level: ranked by the absolute distance to the closest (RELICT 2.4), not the ratio
     rows = ranking_rows(["b", "d", "a", "c"], ["t0", "t1"], result, "asd_binary", use_ratio=False)
     assert [(r["synthetic_id"], r["score"]) for r in rows] == [("d", 0.0), ("a", 1.0), ("c", 1.0), ("b", 2.0)]
+
+
+def test_ranking_file_layout_calibration_and_transform(tmp_path):
+    result = distance_ratio(np.array([[2.0, 4.0], [0.0, 1.0]]), 2)
+    rows = ranking.ranking_rows(["b", "a"], ["t0", "t1"], result, "mae")
+    plain = tmp_path / "ranking_mae.tsv"
+    ranking.write_ranking(plain, rows)
+    assert plain.read_text() == (
+        "synthetic_id\tclosest_training_id\tdistance\tmean_n_closest\tratio\tscore\tn_used\trank\t"
+        "fpr\tn_null\tcalibrated_replica\n"
+        "a\tt0\t0\t0.5\t0\t0\t2\t1\t\t\t\n"  # not calibrated: empty cells
+        "b\tt0\t2\t3\t0.6666666667\t0.6666666667\t2\t2\t\t\t\n")
+    back = ranking.read_ranking(plain)
+    assert back[1]["ratio"] == pytest.approx(2 / 3) and back[1]["fpr"] is None and back[1]["n_null"] is None
+    # calibrated, aligned: the calls and the transform of each row's closest pair
+    ranking.add_calibration(rows, {"fpr": np.array([0.01, 0.5]), "n_null": np.array([9, 9]),
+                                   "called": np.array([True, False])})
+    transform = np.array([["flip0", ""], ["", "shift=(2.0,0.0,0.0)mm"]])  # rows b, a in matrix order
+    ranking.add_transforms(rows, ["b", "a"], ["t0", "t1"], transform)
+    aligned = tmp_path / "ranking_mae_aligned.tsv"
+    ranking.write_ranking(aligned, rows, with_transform=True)
+    back = ranking.read_ranking(aligned)
+    assert [(r["synthetic_id"], r["fpr"], r["n_null"], r["calibrated_replica"], r["transform"]) for r in back] == [
+        ("a", 0.01, 9, True, "identity"), ("b", 0.5, 9, False, "flip0")]
+    assert aligned.read_text().splitlines()[0].endswith("\tcalibrated_replica\ttransform")
+    empty = tmp_path / "empty.tsv"
+    empty.write_text("")
+    with pytest.raises(ValueError, match="empty.tsv: empty ranking"):
+        ranking.read_ranking(empty)
 
 
 # ---------------------------------------------------------------------------

@@ -10,6 +10,7 @@ import pytest
 from synthaudit.io import read_tsv, write_json
 from synthaudit.ratings import read_ratings_by_rater
 from synthaudit.relict import tables
+from synthaudit.relict.ranking import read_ranking
 from synthaudit.relict.tables import FilterError, ReviewError
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
@@ -322,10 +323,11 @@ def test_paths_by_id_html_and_ranking_reader(tmp_path):
     p = tmp_path / "ranking_rmse.tsv"
     p.write_text("synthetic_id\tclosest_training_id\tdistance\tmean_n_closest\tratio\tscore\tn_used\trank\n"
                  "s1\tt1\t0.1\t0.2\t0.5\t0.5\t4\t1\n")
-    r = tables.read_ranking(p)[0]
+    r = read_ranking(p)[0]
     assert r["score"] == 0.5 and r["rank"] == 1 and r["n_used"] == 4
+    assert r["fpr"] is None and r["calibrated_replica"] is None  # written before calibration
     assert read_tsv(p)[0]["rank"] == "1"
     q = tmp_path / "bad.tsv"
     q.write_text("synthetic_id\tx\ns1\t1\n")
-    with pytest.raises(ReviewError, match="not a ranking table"):
-        tables.read_ranking(q)
+    with pytest.raises(ValueError, match="bad.tsv: not a ranking table"):
+        read_ranking(q)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from synthaudit.relict.image_measures import all_pairs_image_measures
+from synthaudit.relict.matrix import MeasureMatrix
 from synthaudit.registry import to_distance
 from synthaudit.relict.shards import gather, shard_blocks, shard_names, shard_ranges
 from synthaudit.segment.measures import all_pairs_segmentation_measures
@@ -35,8 +36,7 @@ def test_shard_names_and_blocks():
 
 
 def _part(measure, values, syn_ids, train_ids, **extra):
-    return {"values": values, "distances": to_distance(measure, values), "synthetic_ids": np.array(syn_ids),
-            "training_ids": np.array(train_ids), "seconds": 1.5, "measure": measure, **extra}
+    return MeasureMatrix(values, measure, syn_ids, train_ids, 1.5, extras=extra)
 
 
 def _sharded(compute, syn, train, syn_ids, train_ids, measure, s_shards, t_shards):
@@ -63,9 +63,10 @@ def test_sharded_image_measures_equal_unsharded(measure):
     # MAE and SSIM: bitwise equal (every pair's sums are independent of the other volumes);
     # RMSE alone comes from float64 products whose blocking depends on the shard: 1e-12
     exact = measure != "rmse"
-    np.testing.assert_allclose(merged["values"], whole, rtol=0 if exact else 1e-12, atol=0)
-    np.testing.assert_allclose(merged["distances"], to_distance(measure, whole), rtol=0 if exact else 1e-12, atol=0)
-    assert list(merged["training_ids"]) == train_ids and merged["seconds"] == 6 * 1.5 and merged["shards"] == 6
+    np.testing.assert_allclose(merged.values, whole, rtol=0 if exact else 1e-12, atol=0)
+    np.testing.assert_allclose(merged.distances, to_distance(measure, whole), rtol=0 if exact else 1e-12, atol=0)
+    assert merged.training_ids == train_ids and merged.seconds == 6 * 1.5 and merged.extras["shards"] == 6
+    assert merged.synthetic_ids == syn_ids and merged.measure == measure
 
 
 @pytest.mark.parametrize("measure", ["dice_multiclass", "asd_multiclass", "asd_binary"])
@@ -85,14 +86,15 @@ def test_sharded_segmentation_measures_equal_unsharded(measure):
 
     whole = compute(syn, train)
     merged = _sharded(compute, syn, train, syn_ids, train_ids, measure, 3, 2)
-    np.testing.assert_allclose(merged["values"], whole, rtol=1e-12, atol=0)
+    np.testing.assert_allclose(merged.values, whole, rtol=1e-12, atol=0)
 
 
 def test_gather_refuses_incomplete_overlapping_or_inconsistent_shards():
     ids_s, ids_t = ["a", "b"], ["x", "y", "z"]
     left = _part("mae", np.ones((2, 2)), ids_s, ["x", "y"], data_range=1.0)
     right = _part("mae", np.ones((2, 1)), ids_s, ["z"], data_range=1.0)
-    assert gather([left, right], ids_s, ids_t)["values"].shape == (2, 3)
+    merged = gather([left, right], ids_s, ids_t)
+    assert merged.values.shape == (2, 3) and merged.extras == {"data_range": 1.0, "shards": 2}
     with pytest.raises(ValueError, match="1 pairs in more than one shard|2 pairs in more than one shard"):
         gather([left, right, _part("mae", np.ones((1, 1)), ["a"], ["x"], data_range=1.0)], ids_s, ids_t)
     with pytest.raises(ValueError, match="2 pairs missing"):
@@ -101,3 +103,7 @@ def test_gather_refuses_incomplete_overlapping_or_inconsistent_shards():
         gather([left, _part("mae", np.ones((2, 1)), ids_s, ["z"], data_range=2.0)], ids_s, ids_t)
     with pytest.raises(ValueError, match="'q' is not in the planned ids"):
         gather([left, _part("mae", np.ones((2, 1)), ids_s, ["q"], data_range=1.0)], ids_s, ids_t)
+    with pytest.raises(ValueError, match="disagree on 'measure'"):
+        gather([left, _part("rmse", np.ones((2, 1)), ids_s, ["z"], data_range=1.0)], ids_s, ids_t)
+    with pytest.raises(ValueError, match="no shards"):
+        gather([], ids_s, ids_t)

@@ -6,10 +6,11 @@ from synthaudit.figures import closest_by_measure_figure
 from synthaudit.io import load_volume, write_json
 from synthaudit.logs import logged
 from synthaudit.relict import tables
+from synthaudit.relict.ranking import read_ranking
 
 with logged(snakemake.log[0]) as log:
     dataset, measures = snakemake.wildcards.dataset, list(snakemake.params.measures)
-    rankings = {m: tables.read_ranking(p) for m, p in zip(measures, snakemake.input.rankings)}
+    rankings = {m: read_ranking(p) for m, p in zip(measures, snakemake.input.rankings)}
     reference, note = tables.resolve_measure(snakemake.params.reference_measure, measures)
     if note:
         log.warning("%s: %s", dataset, note)

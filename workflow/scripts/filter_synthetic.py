@@ -14,12 +14,13 @@ from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.ratings import consensus, read_ratings
 from synthaudit.relict import tables
+from synthaudit.relict.ranking import read_ranking
 
 
 def thresholds(log):
     dataset, measures = snakemake.wildcards.dataset, list(snakemake.params.measures)
     evaluation = json.loads(open(snakemake.input.evaluation).read())
-    n_used = {m: tables.read_ranking(p)[0].get("n_used") for m, p in zip(measures, snakemake.input.rankings)}
+    n_used = {m: read_ranking(p)[0].get("n_used") for m, p in zip(measures, snakemake.input.rankings)}
     out = tables.tuned_thresholds(dataset, evaluation, measures, n_used)
     write_json(snakemake.output[0], out)
     for m, e in out["measures"].items():
@@ -34,7 +35,7 @@ def apply_filter(log):
     dataset, source, measures = snakemake.wildcards.dataset, snakemake.params.source, list(snakemake.params.measures)
     tables.check_filter_source(dataset, source, snakemake.params.datasets, snakemake.params.rated)
     tuned = json.loads(open(snakemake.input.thresholds).read())
-    rankings = {m: tables.read_ranking(p) for m, p in zip(measures, snakemake.input.rankings)}
+    rankings = {m: read_ranking(p) for m, p in zip(measures, snakemake.input.rankings)}
     kept, rejected, summary = tables.filter_synthetic(dataset, rankings, tuned, measures)
     if snakemake.input.ratings:
         # this dataset is rated too (or has a known truth): check the transferred thresholds

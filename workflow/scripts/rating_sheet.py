@@ -17,11 +17,12 @@ from synthaudit.logs import Progress, logged
 from synthaudit.ratings import write_rating_template
 from synthaudit import registry
 from synthaudit.relict import tables
+from synthaudit.relict.ranking import read_ranking
 
 
 def main(log):
     dataset, measure, note = snakemake.wildcards.dataset, snakemake.params.measure, snakemake.params.note
-    rows = tables.read_ranking(snakemake.input.ranking)[: snakemake.params.top_k]
+    rows = read_ranking(snakemake.input.ranking)[: snakemake.params.top_k]
     synthetic_paths = tables.paths_by_id(snakemake.input.synthetic)
     training_paths = tables.paths_by_id(snakemake.input.training)
     vrange = json.loads(open(snakemake.input.grid).read()).get("intensity_range")

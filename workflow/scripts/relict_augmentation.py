@@ -8,7 +8,7 @@ from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.ratings import consensus, read_ratings
 from synthaudit.relict import augmented
-from synthaudit.relict.summary import read_ranking
+from synthaudit.relict.ranking import read_ranking
 
 with logged(snakemake.log[0]) as log:
     p = snakemake.params

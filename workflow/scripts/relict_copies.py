@@ -10,7 +10,7 @@ from synthaudit.relict.copies import copy_table, headline
 from synthaudit.figures import calibration_figure
 from synthaudit.ratings import consensus, read_ratings
 from synthaudit.relict.evaluate import calibrated_performance
-from synthaudit.relict.summary import read_ranking
+from synthaudit.relict.ranking import read_ranking
 
 with logged(snakemake.log[0]) as log:
     p = snakemake.params

@@ -6,7 +6,7 @@ from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.ratings import consensus, read_ratings
 from synthaudit.relict.evaluate import calibrated_performance, evaluate_measure
-from synthaudit.relict.summary import read_ranking
+from synthaudit.relict.ranking import read_ranking
 from synthaudit.relict.uncertainty import bootstrap_ci
 
 SWEEP_COLUMNS = ["threshold", "tp", "fp", "tn", "fn", "sensitivity", "specificity", "balanced_accuracy"]

@@ -2,12 +2,9 @@
 
 import time
 
-import numpy as np
-
 from synthaudit.features.compare import all_pairs_feature_measures, load_embeddings, standardise
-from synthaudit.io import atomic_path
 from synthaudit.logs import logged
-from synthaudit.registry import to_distance
+from synthaudit.relict.matrix import MeasureMatrix
 
 with logged(snakemake.log[0]) as log:
     measure = snakemake.wildcards.measure
@@ -22,9 +19,7 @@ with logged(snakemake.log[0]) as log:
     syn, train = standardise(syn, train, scaling)  # "none": RELICT's raw embeddings
     values = all_pairs_feature_measures(syn, train, [measure])[measure]
     seconds = time.perf_counter() - start
-    with atomic_path(snakemake.output[0]) as tmp:
-        np.savez(tmp, values=values, distances=to_distance(measure, values), measure=measure,
-                 synthetic_ids=np.array(syn_ids), training_ids=np.array(train_ids), seconds=seconds,
-                 extractor=meta["label"])
+    MeasureMatrix(values, measure, syn_ids, train_ids, seconds,
+                  extras={"extractor": meta["label"]}).save(snakemake.output[0])
     log.info("%s with %s (feature scaling: %s): %d pairs in %.2f s", measure, meta["label"], scaling, values.size,
              seconds)

@@ -5,10 +5,10 @@ import time
 
 import numpy as np
 
-from synthaudit.io import atomic_path, check_on_grid, load_volume
+from synthaudit.io import check_on_grid, load_volume
 from synthaudit.logs import Progress, logged
 from synthaudit.relict.image_measures import all_pairs_image_measures
-from synthaudit.registry import to_distance
+from synthaudit.relict.matrix import MeasureMatrix
 
 
 def data_range(ssim_cfg, grid, qc_files):
@@ -45,8 +45,6 @@ with logged(snakemake.log[0]) as log:
         threads=snakemake.threads, device=snakemake.config.get("compute", {}).get("device", "auto"),
     )[measure]
     seconds = time.perf_counter() - start
-    with atomic_path(snakemake.output[0]) as tmp:
-        np.savez(tmp, values=values, distances=to_distance(measure, values), measure=measure,
-                 synthetic_ids=np.array(snakemake.params.synthetic_ids),
-                 training_ids=np.array(snakemake.params.training_ids), seconds=seconds, data_range=rng)
+    MeasureMatrix(values, measure, snakemake.params.synthetic_ids, snakemake.params.training_ids, seconds,
+                  extras={"data_range": rng}).save(snakemake.output[0])
     log.info("%s: %d pairs in %.1f s", measure, values.size, seconds)

@@ -8,7 +8,7 @@ from synthaudit.features.compare import load_embeddings
 from synthaudit.io import write_json
 from synthaudit.logs import logged
 from synthaudit import registry
-from synthaudit.relict.summary import read_ranking
+from synthaudit.relict.ranking import read_ranking
 
 KEYS = ("threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic", "n_replicas")
 

@@ -13,44 +13,35 @@ import numpy as np
 from synthaudit.io import write_tsv
 from synthaudit.logs import logged
 from synthaudit import registry
-from synthaudit.relict import calibration
-from synthaudit.relict.ratio import distance_ratio, ranking_rows
-from synthaudit.relict.summary import CALIBRATION_COLUMNS, RANKING_COLUMNS
+from synthaudit.relict import calibration, matrix, ranking
+from synthaudit.relict.ratio import distance_ratio
 
 NULL_COLUMNS = ["heldout_id", "patient_id", "closest_training_id", "score", "fpr", "n_null", "called"]
 
 with logged(snakemake.log[0]) as log:
-    npz = np.load(snakemake.input.measure)
-    measure = str(npz["measure"])
+    mat = matrix.load(snakemake.input.measure)
+    measure = mat.measure
     use_ratio = registry.get(measure).uses_ratio
-    training_ids = list(npz["training_ids"])
-    result = distance_ratio(npz["distances"], snakemake.params.n_closest, warn=log.warning)
-    rows = ranking_rows(list(npz["synthetic_ids"]), training_ids, result, measure, use_ratio)
-    columns = RANKING_COLUMNS + CALIBRATION_COLUMNS
-    if "transform" in npz.files:  # aligned measures: which transform matched the closest volume
-        row_of = {sid: i for i, sid in enumerate(npz["synthetic_ids"])}
-        col_of = {tid: j for j, tid in enumerate(npz["training_ids"])}
-        for r in rows:
-            r["transform"] = str(npz["transform"][row_of[r["synthetic_id"]], col_of[r["closest_training_id"]]]) \
-                or "identity"
-        columns = columns + ["transform"]
+    training_ids = mat.training_ids
+    result = distance_ratio(mat.distances, snakemake.params.n_closest, warn=log.warning)
+    rows = ranking.ranking_rows(mat.synthetic_ids, training_ids, result, measure, use_ratio)
+    aligned = "transform" in mat.extras  # aligned measures: which transform matched the closest volume
+    if aligned:
+        ranking.add_transforms(rows, mat.synthetic_ids, training_ids, mat.extras["transform"])
     null_rows = []
     if snakemake.input.heldout:
         rate = snakemake.params.rate
-        held = np.load(snakemake.input.heldout)
-        if list(held["training_ids"]) != training_ids:
-            raise ValueError(f"{snakemake.input.heldout} and {snakemake.input.measure} list different training volumes")
-        held_ids = [str(i) for i in held["synthetic_ids"]]
+        held = matrix.load(snakemake.input.heldout, training_ids=training_ids, expected=snakemake.input.measure)
+        held_ids = held.synthetic_ids
         patients = snakemake.params.heldout_patients
-        ratio = distance_ratio(held["distances"], snakemake.params.n_closest, warn=lambda message: None)
+        ratio = distance_ratio(held.distances, snakemake.params.n_closest, warn=lambda message: None)
         null = calibration.Null(held_ids, [patients[i] for i in held_ids],
                                 ratio.ratio if use_ratio else ratio.closest_distance,
                                 [training_ids[j] for j in ratio.closest])
         sources = snakemake.params.source_patients
         calls = calibration.calibrate(np.array([r["score"] for r in rows]), null, rate,
                                       [sources.get(r["synthetic_id"]) for r in rows])
-        for r, fpr, n, called in zip(rows, calls["fpr"], calls["n_null"], calls["called"]):
-            r.update(fpr=float(fpr), n_null=int(n), calibrated_replica=int(called))
+        ranking.add_calibration(rows, calls)
         check = calibration.heldout_check(null, rate)
         null_rows = [{"heldout_id": i, "patient_id": p, "closest_training_id": c, "score": float(s),
                       "fpr": float(f), "n_null": int(n), "called": int(k)}
@@ -64,7 +55,7 @@ with logged(snakemake.log[0]) as log:
         log.info("%s: %d of %d synthetic volumes called replicas at a false-positive rate of %.3f "
                  "(%d held-out scans; %d of them called when left out)", measure, int(calls["called"].sum()),
                  len(rows), rate, len(held_ids), int(check["called"].sum()))
-    write_tsv(snakemake.output.ranking, rows, columns)
+    ranking.write_ranking(snakemake.output.ranking, rows, with_transform=aligned)
     write_tsv(snakemake.output.null, null_rows, NULL_COLUMNS)
     log.info("%s: ranked %d synthetic volumes by %s (n=%d); most likely replica %s (score %.4f)", measure,
              len(rows), "distance ratio" if use_ratio else "absolute distance", result.n_used,

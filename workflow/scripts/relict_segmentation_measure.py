@@ -5,9 +5,9 @@ import time
 
 import numpy as np
 
-from synthaudit.io import atomic_path, load_volume
+from synthaudit.io import load_volume
 from synthaudit.logs import Progress, logged
-from synthaudit.registry import to_distance
+from synthaudit.relict.matrix import MeasureMatrix
 from synthaudit.segment.measures import all_pairs_segmentation_measures, check_labels
 
 with logged(snakemake.log[0]) as log:
@@ -27,8 +27,6 @@ with logged(snakemake.log[0]) as log:
         grid["spacing_mm"], measures=[measure], n_training=n_train,
         progress=Progress(log, f"{measure}: training label maps compared", n_train))[measure]
     seconds = time.perf_counter() - start
-    with atomic_path(snakemake.output[0]) as tmp:
-        np.savez(tmp, values=values, distances=to_distance(measure, values), measure=measure,
-                 synthetic_ids=np.array(snakemake.params.synthetic_ids),
-                 training_ids=np.array(snakemake.params.training_ids), seconds=seconds)
+    MeasureMatrix(values, measure, snakemake.params.synthetic_ids, snakemake.params.training_ids,
+                  seconds).save(snakemake.output[0])
     log.info("%s: %d pairs in %.1f s (classes %s)", measure, values.size, seconds, snakemake.params.classes)

@@ -14,10 +14,6 @@ import time
 from pathlib import Path
 
 
-def get_logger(name: str = "synthaudit") -> logging.Logger:
-    return logging.getLogger(name)
-
-
 @contextlib.contextmanager
 def logged(log_path: str | None, name: str = "synthaudit"):
     """Log to ``log_path`` and stderr for the duration of a rule script.

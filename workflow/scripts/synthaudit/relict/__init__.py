@@ -5,7 +5,8 @@ The pipeline is split so that each step can be tested against an analytic answer
 * :mod:`.image_measures` - all-pairs image-level measures (MAE, RMSE, SSIM) between
   the synthetic and the training volumes; the only expensive step, so it streams the
   training set and computes every per-volume quantity once.
-* :mod:`.ratio` - the distance ratio ``d(closest) / mean(d of the n closest)`` and the
-  ranking of synthetic volumes from most to least likely replica.
+* :mod:`.matrix` - the all-pairs matrix file every engine writes and every step reads.
+* :mod:`.ratio` - the distance ratio ``d(closest) / mean(d of the n closest)``;
+  :mod:`.ranking` - the ranking of synthetic volumes from most to least likely replica.
 * :mod:`.evaluate` - threshold sweep, balanced accuracy and AUC against a rating.
 """

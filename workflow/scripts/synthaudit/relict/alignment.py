@@ -27,14 +27,17 @@ reproduces plain RELICT exactly.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
 from scipy import fft as sfft
 from scipy import ndimage
+
+from ..io import spacing_from_affine
 
 
 @dataclass(frozen=True)
@@ -244,16 +247,6 @@ class PairResult:
     rmse: float
 
 
-@dataclass
-class AlignmentResult:
-    """Per synthetic volume: the candidates' training indices and each pair's alignment."""
-
-    candidates: np.ndarray  # (S, K) training indices
-    pairs: list[list[PairResult]] = field(default_factory=list)
-    seconds_preselect: float = 0.0
-    seconds_align: float = 0.0
-
-
 Hypothesis = tuple  # (flips, rotation axis, angle in degrees)
 
 
@@ -299,6 +292,64 @@ def preselect(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarray], s
         if progress:
             progress(i + 1, len(synthetic))
     return out, hyps
+
+
+Loader = Callable[[object], tuple[np.ndarray, np.ndarray]]  # a volume's reference -> (data, affine)
+
+
+def preselect_volumes(synthetic: Sequence, training: Sequence, load: Loader, space: SearchSpace, k: int,
+                      factor: int, n_hypotheses: int = 2, workers: int = 1,
+                      progress: Callable[[int, int], None] | None = None
+                      ) -> tuple[np.ndarray, list[list[list[Hypothesis]]], list[float]]:
+    """:func:`preselect` on volumes read by ``load``, each read once and kept only block-averaged
+    (all of them at full resolution need not fit in memory).
+
+    Returns:
+        ``(candidates, hypotheses, spacing_mm)``; the full-resolution spacing is the first
+        synthetic volume's (the caller checks that all share one grid).
+    """
+    spacing = None
+    small_syn, small_train = [], []
+    for ref in synthetic:
+        v, affine = load(ref)
+        spacing = spacing if spacing is not None else [float(x) for x in spacing_from_affine(affine)]
+        small_syn.append(block_mean(v, factor))
+    for ref in training:
+        small_train.append(block_mean(load(ref)[0], factor))
+    candidates, hypotheses = preselect(small_syn, small_train, space, [s * factor for s in spacing], k, factor=1,
+                                       n_hypotheses=n_hypotheses, workers=workers, progress=progress)
+    return candidates, hypotheses, spacing
+
+
+def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, candidates: np.ndarray,
+                     hypotheses: Sequence[Sequence[Sequence[Hypothesis]]], space: SearchSpace,
+                     spacing_mm: Sequence[float], workers: int = 1, progress: Callable[[int], None] | None = None,
+                     cache_bytes: float = 2e9) -> list[list[PairResult]]:
+    """The full-resolution search (:func:`align_pair_set`) of every synthetic volume against its candidates.
+
+    Candidate lists of different synthetic volumes overlap (the same few training scans
+    are close to many), so training volumes are kept in a bounded cache instead of being
+    read K times per synthetic volume; at least K fit, about ``cache_bytes`` in all.
+    Cached volumes are read-only: they are shared between pairs.
+    """
+    k = candidates.shape[1]
+
+    def read(j: int) -> np.ndarray:
+        v = load(training[j])[0]
+        v.setflags(write=False)
+        return v
+
+    training_volume = None
+    pairs = []
+    for i, ref in enumerate(synthetic):
+        s = load(ref)[0]
+        if training_volume is None:
+            training_volume = functools.lru_cache(maxsize=max(k, int(cache_bytes // max(s.nbytes, 1))))(read)
+        targets = [training_volume(int(j)) for j in candidates[i]]
+        pairs.append(align_pair_set(s, targets, space, spacing_mm, hypotheses[i], workers=workers))
+        if progress:
+            progress(i + 1)
+    return pairs
 
 
 def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
@@ -396,3 +447,27 @@ def aligned_matrices(plain: dict[str, np.ndarray], candidates: np.ndarray,
         out[m] = v
         out[f"{m}_transform"] = desc.astype(str)
     return out
+
+
+def alignment_columns(measures: Sequence[str]) -> list[str]:
+    """Columns of alignment.tsv."""
+    return ["synthetic_id", "candidate_rank", "training_id", "transform", "flip_axes", "rotation_axis", "angle_deg",
+            "shift_x_mm", "shift_y_mm", "shift_z_mm"] + [f"{m}_{k}" for m in measures for k in ("plain", "aligned")]
+
+
+def alignment_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], candidates: np.ndarray,
+                   pairs: list[list[PairResult]], plain: dict[str, np.ndarray], spacing_mm: Sequence[float]
+                   ) -> list[dict]:
+    """One row per searched pair (alignment.tsv): its transform and each measure plain and aligned."""
+    rows = []
+    for i, row in enumerate(pairs):
+        for rank, (j, pr) in enumerate(zip(candidates[i], row), start=1):
+            t = pr.transform
+            r = {"synthetic_id": synthetic_ids[i], "candidate_rank": rank, "training_id": training_ids[j],
+                 "transform": t.describe(spacing_mm), "flip_axes": "".join(map(str, t.flips)),
+                 "rotation_axis": t.rotation_axis if t.angle_deg else "", "angle_deg": t.angle_deg,
+                 **{f"shift_{a}_mm": t.shift_vox[n] * spacing_mm[n] for n, a in enumerate("xyz")}}
+            for m, values in plain.items():
+                r[f"{m}_plain"], r[f"{m}_aligned"] = float(values[i, j]), float(getattr(pr, m))
+            rows.append(r)
+    return rows

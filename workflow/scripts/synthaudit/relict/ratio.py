@@ -5,13 +5,13 @@ distance ratio is ``d(x, closest) / mean of d(x, t) over S_x``, where S_x is the
 of the n closest training volumes and includes the closest one. A ratio near 0 means
 x is abnormally close to one training volume compared with its other near
 neighbours: a likely replica. The ratio is scale-free, so one threshold can serve
-volumes of different intensity or content.
+volumes of different intensity or content. The ranking built from it: :mod:`.ranking`.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -42,7 +42,7 @@ def distance_ratio(distances: np.ndarray, n: int, *, warn: Callable[[str], None]
 
     Args:
         distances: (S, T) non-negative distances, synthetic x training (similarities
-            must first go through ``image_measures.to_distance``).
+            must first go through ``registry.to_distance``).
         n: Size of S_x, the set of closest training volumes (RELICT: 50).
         warn: Receives a message when n exceeds T and is clamped to T; default
             :func:`warnings.warn`. A clamp changes what the ratio means (with n = T
@@ -82,43 +82,3 @@ def distance_ratio(distances: np.ndarray, n: int, *, warn: Callable[[str], None]
     return RatioResult(closest=closest, closest_distance=closest_distance, mean_n_closest=mean_n_closest,
                        ratio=ratio, n_used=n)
 
-
-def ranking_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], result: RatioResult,
-                 measure: str, use_ratio: bool = True) -> list[dict]:
-    """Rank synthetic volumes from most to least likely replica.
-
-    Args:
-        synthetic_ids: Ids in the row order of the distance matrix.
-        training_ids: Ids in its column order.
-        result: Output of :func:`distance_ratio`.
-        measure: Measure name, for error messages.
-        use_ratio: The replica score is the ratio (image and feature level); False:
-            the absolute distance to the closest volume (segmentation level, RELICT 2.4).
-
-    Returns:
-        One dict per synthetic volume, sorted by rank, with keys ``synthetic_id,
-        closest_training_id, distance, mean_n_closest, ratio, score, n_used, rank``.
-        Rank 1 is the smallest score; equal scores are ordered by synthetic id, so
-        the ranking does not depend on the input order.
-    """
-    n_synthetic = len(result.ratio)
-    if len(synthetic_ids) != n_synthetic:
-        raise ValueError(f"{measure}: {len(synthetic_ids)} synthetic ids for {n_synthetic} ratios")
-    if n_synthetic and result.closest.max() >= len(training_ids):
-        raise ValueError(f"{measure}: closest training index {result.closest.max()} but only "
-                         f"{len(training_ids)} training ids")
-    score = result.ratio if use_ratio else result.closest_distance
-    order = np.lexsort((np.asarray(synthetic_ids, dtype=str), score))
-    return [
-        {
-            "synthetic_id": synthetic_ids[i],
-            "closest_training_id": training_ids[result.closest[i]],
-            "distance": float(result.closest_distance[i]),
-            "mean_n_closest": float(result.mean_n_closest[i]),
-            "ratio": float(result.ratio[i]),
-            "score": float(score[i]),
-            "n_used": int(result.n_used),
-            "rank": rank,
-        }
-        for rank, i in enumerate(order, start=1)
-    ]

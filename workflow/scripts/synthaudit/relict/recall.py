@@ -38,6 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..io import atomic_path, write_tsv
+from .matrix import MeasureMatrix
 
 
 @dataclass
@@ -157,6 +158,58 @@ def generative_recall(
         reference_learned_fraction=reference_learned_fraction, matched_learned_fraction=matched,
         max_nn_count=int(nn_count.max()), n_synthetic=n_synthetic, n_training=n_training, n_reference=n_reference,
     )
+
+
+def heldout_flags(distances: np.ndarray, heldout: np.ndarray, percentile: float) -> tuple[np.ndarray, float]:
+    """Flag synthetic volumes closer to the training set than ``percentile`` % of held-out real ones.
+
+    The calibration of the re-identification filters (95th percentile of held-out
+    scores, Packhäuser et al.) on a distance: threshold = that percentile of the held-out
+    volumes' nearest distances; flagged = nearest distance strictly below it.
+
+    Returns:
+        ``(flagged (S,) bools, threshold)``.
+    """
+    threshold = float(np.percentile(np.asarray(heldout, np.float64).min(axis=1), percentile))
+    return np.asarray(distances, np.float64).min(axis=1) < threshold, threshold
+
+
+def recall_against_heldout(synthetic: MeasureMatrix, heldout: MeasureMatrix, flag_percentile: float,
+                           generator_training_ids: Sequence[str] | None = None
+                           ) -> tuple[RecallResult, list[str], dict]:
+    """Recall of one synthetic set, flags from :func:`heldout_flags`, the held-out set as reference.
+
+    Flags use every training volume (a copy of any of them is a copy); recall counts
+    only the generator's own training volumes (``generator_training_ids``; empty or
+    None: all of them).
+
+    Returns:
+        ``(result, training ids counted, summary)``; the summary holds the flag's
+        percentile, threshold distance, count and ids, whether a subset was counted,
+        then :meth:`RecallResult.summary`.
+
+    Raises:
+        ValueError: When the two matrices list different training volumes, or a
+            generator training volume is not among them.
+    """
+    train_ids = synthetic.training_ids
+    if heldout.training_ids != train_ids:
+        raise ValueError(f"{heldout.path or 'the held-out matrix'} and {synthetic.path or 'the synthetic matrix'} "
+                         "list different training volumes")
+    d_syn, d_held = np.asarray(synthetic.distances, np.float64), np.asarray(heldout.distances, np.float64)
+    flagged, threshold = heldout_flags(d_syn, d_held, flag_percentile)
+    subset = list(generator_training_ids or train_ids)
+    missing = sorted(set(subset) - set(train_ids))
+    if missing:
+        raise ValueError(f"generator training volumes {missing[:5]} are not in "
+                         f"{synthetic.path or 'the synthetic matrix'}")
+    cols = [train_ids.index(t) for t in subset]
+    result = generative_recall(d_syn[:, cols], flagged, d_held[:, cols])
+    summary = {"flag_percentile": flag_percentile, "flag_threshold_distance": threshold,
+               "n_flagged": int(flagged.sum()),
+               "flagged_ids": [i for i, f in zip(synthetic.synthetic_ids, flagged) if f],
+               "generator_training_subset": bool(generator_training_ids), **result.summary()}
+    return result, subset, summary
 
 
 def expected_learned_fraction(nn_count: np.ndarray, m: int) -> float | None:

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from .matrix import MeasureMatrix
+
 _NAME = re.compile(r"^s(\d+)-t(\d+)$")
 
 
@@ -48,23 +50,24 @@ def shard_blocks(name: str, n_synthetic: int, n_training: int, synthetic_shards:
     return slice(s0, s1), slice(t0, t1)
 
 
-def gather(parts: Sequence[dict], synthetic_ids: Sequence[str], training_ids: Sequence[str]) -> dict:
-    """Assemble shard results into the full (S, T) matrices.
+def gather(parts: Sequence[MeasureMatrix], synthetic_ids: Sequence[str], training_ids: Sequence[str]) -> MeasureMatrix:
+    """Assemble shard results into the full (S, T) matrix.
 
     Args:
-        parts: Per shard, a mapping with ``synthetic_ids``, ``training_ids``, the (s, t)
-            arrays ``values`` and ``distances`` and ``seconds``; other keys must agree
-            across shards and are carried over.
+        parts: Per shard, its matrix; the measure and the extras (e.g. the SSIM data
+            range) must agree across shards and are carried over.
         synthetic_ids, training_ids: The full, planned order of rows and columns.
 
     Returns:
-        The merged mapping: full ``values`` and ``distances``, the planned ids, the
-        summed ``seconds`` and ``shards`` (their number).
+        The merged matrix: the shards' values and distances placed, the planned ids,
+        the summed ``seconds`` and the extra ``shards`` (their number).
 
     Raises:
         ValueError: When the shards do not tile the matrix exactly once, or disagree
-            on a carried key (e.g. the SSIM data range or the measure).
+            on the measure or a carried extra.
     """
+    if not parts:
+        raise ValueError("no shards to gather")
     rows = {v: i for i, v in enumerate(synthetic_ids)}
     cols = {v: i for i, v in enumerate(training_ids)}
     shape = (len(rows), len(cols))
@@ -73,20 +76,21 @@ def gather(parts: Sequence[dict], synthetic_ids: Sequence[str], training_ids: Se
     covered = np.zeros(shape, np.int64)
     carried: dict = {}
     seconds = 0.0
+    measure = parts[0].measure
     for k, part in enumerate(parts):
+        if part.measure != measure:
+            raise ValueError(f"shards disagree on 'measure': {measure!r} vs {part.measure!r}")
         try:
-            r = np.array([rows[v] for v in map(str, part["synthetic_ids"])], dtype=np.intp)
-            c = np.array([cols[v] for v in map(str, part["training_ids"])], dtype=np.intp)
+            r = np.array([rows[v] for v in part.synthetic_ids], dtype=np.intp)
+            c = np.array([cols[v] for v in part.training_ids], dtype=np.intp)
         except KeyError as err:
             raise ValueError(f"shard {k}: volume {err.args[0]!r} is not in the planned ids") from None
         block = np.ix_(r, c)
-        values[block] = part["values"]
-        distances[block] = part["distances"]
+        values[block] = part.values
+        distances[block] = part.distances
         covered[block] += 1
-        seconds += float(part["seconds"])
-        for key, value in part.items():
-            if key in ("synthetic_ids", "training_ids", "values", "distances", "seconds"):
-                continue
+        seconds += float(part.seconds)
+        for key, value in part.extras.items():
             if key in carried and not np.array_equal(np.asarray(carried[key]), np.asarray(value)):
                 raise ValueError(f"shards disagree on {key!r}: {carried[key]!r} vs {value!r}")
             carried.setdefault(key, value)
@@ -94,5 +98,5 @@ def gather(parts: Sequence[dict], synthetic_ids: Sequence[str], training_ids: Se
         missing, twice = int(np.sum(covered == 0)), int(np.sum(covered > 1))
         raise ValueError(f"the shards do not tile the {shape[0]} x {shape[1]} matrix: "
                          f"{missing} pairs missing, {twice} pairs in more than one shard")
-    return {**carried, "values": values, "distances": distances, "synthetic_ids": np.array(synthetic_ids),
-            "training_ids": np.array(training_ids), "seconds": seconds, "shards": len(parts)}
+    return MeasureMatrix(values, measure, list(synthetic_ids), list(training_ids), seconds,
+                         extras={**carried, "shards": len(parts)}, distances=distances)

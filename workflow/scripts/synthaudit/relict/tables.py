@@ -45,31 +45,8 @@ class FilterError(ReviewError):
 
 
 # ---------------------------------------------------------------------------
-# Reading the pipeline's tables
+# Reading the pipeline's tables (rankings: relict.ranking.read_ranking)
 # ---------------------------------------------------------------------------
-
-def read_ranking(path) -> list[dict]:
-    """A ranking TSV (``relict_ratio``'s output) with numbers parsed.
-
-    Duplicated from ``summary.read_ranking`` on purpose: that module pulls in scipy,
-    which the figures environment (where the review rules run) does not have.
-    """
-    rows = read_tsv(path)
-    if not rows:
-        raise ReviewError(f"{path}: empty ranking")
-    need = {"synthetic_id", "closest_training_id", "score", "rank"}
-    missing = sorted(need - set(rows[0]))
-    if missing:
-        raise ReviewError(f"{path}: not a ranking table, missing column(s) {missing}")
-    for r in rows:
-        for k in ("distance", "mean_n_closest", "ratio", "score"):
-            if k in r:
-                r[k] = float(r[k])
-        r["rank"] = int(r["rank"])
-        if "n_used" in r:
-            r["n_used"] = int(r["n_used"])
-    return rows
-
 
 def volume_id(path) -> str:
     """The id of a volume from its file name (``.../images/{id}.nii.gz`` -> ``id``)."""
