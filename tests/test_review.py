@@ -1,4 +1,4 @@
-"""The review tables (synthaudit.relict.tables) on hand-made inputs with known answers:
+"""The review tables (synthaudit.review.tables) on hand-made inputs with known answers:
 Table 2 runtimes from fake benchmark files, closest-volume agreement, the combined
 ranking, tuned thresholds and the filter (with its refusals), and the rating import."""
 
@@ -9,9 +9,9 @@ import pytest
 
 from synthaudit.io import read_tsv, write_json
 from synthaudit.ratings import read_ratings_by_rater
-from synthaudit.relict import tables
+from synthaudit.review import tables
 from synthaudit.relict.ranking import read_ranking
-from synthaudit.relict.tables import FilterError, ReviewError
+from synthaudit.review.tables import FilterError, ReviewError
 
 BENCH_HEADER = "s\th:m:s\tmax_rss\tmax_vms\tmax_uss\tmax_pss\tio_in\tio_out\tmean_load\tcpu_time\n"
 

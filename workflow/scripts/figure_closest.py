@@ -5,7 +5,7 @@ import json
 from synthaudit.figures import closest_by_measure_figure
 from synthaudit.io import load_volume, write_json
 from synthaudit.logs import logged
-from synthaudit.relict import tables
+from synthaudit.review import tables
 from synthaudit.relict.ranking import read_ranking
 
 with logged(snakemake.log[0]) as log:

@@ -13,7 +13,7 @@ import json
 from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.ratings import consensus, read_ratings
-from synthaudit.relict import tables
+from synthaudit.review import tables
 from synthaudit.relict.ranking import read_ranking
 
 

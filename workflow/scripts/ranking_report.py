@@ -5,7 +5,7 @@ import html
 from synthaudit.io import read_tsv, write_text
 from synthaudit.logs import logged
 from synthaudit import registry
-from synthaudit.relict import tables
+from synthaudit.review import tables
 
 with logged(snakemake.log[0]) as log:
     dataset = snakemake.wildcards.dataset

@@ -4,7 +4,7 @@ volumes to re-rate (RELICT 2.5: two raters, re-rating where their replica decisi
 from synthaudit.io import write_json, write_text, write_tsv
 from synthaudit.logs import logged
 from synthaudit.ratings import read_ratings_by_rater
-from synthaudit.relict import tables
+from synthaudit.review import tables
 
 with logged(snakemake.log[0]) as log:
     dataset = snakemake.wildcards.dataset

@@ -16,7 +16,7 @@ from synthaudit.io import load_volume, write_text
 from synthaudit.logs import Progress, logged
 from synthaudit.ratings import write_rating_template
 from synthaudit import registry
-from synthaudit.relict import tables
+from synthaudit.review import tables
 from synthaudit.relict.ranking import read_ranking
 
 

@@ -5,7 +5,7 @@ import json
 
 from synthaudit.io import write_json, write_text, write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict import tables
+from synthaudit.review import tables
 from synthaudit.relict.ranking import read_ranking
 
 with logged(snakemake.log[0]) as log:

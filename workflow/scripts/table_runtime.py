@@ -7,7 +7,7 @@ Rule ``table_runtime_all``: every dataset side by side in minutes, as the paper'
 from synthaudit.io import read_tsv, write_text, write_tsv
 from synthaudit.logs import logged
 from synthaudit import registry
-from synthaudit.relict import tables
+from synthaudit.review import tables
 
 
 def per_dataset(log):

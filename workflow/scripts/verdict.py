@@ -2,7 +2,7 @@
 rating-tuned, by measure and combined), the copied training patients and the most likely
 replicas beside their closest training volume (results/verdict.rst, the report's first page,
 and results/figures/{dataset}/verdict.png). Numbers are read from the run's own files
-(synthaudit.relict.verdict); nothing is recomputed."""
+(synthaudit.review.verdict); nothing is recomputed."""
 
 import base64
 from pathlib import Path
@@ -10,7 +10,7 @@ from pathlib import Path
 from synthaudit.figures import verdict_figure
 from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import logged
-from synthaudit.relict.verdict import dataset_verdict, verdict_lines
+from synthaudit.review.verdict import dataset_verdict, verdict_lines
 
 
 

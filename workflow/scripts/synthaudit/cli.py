@@ -88,7 +88,7 @@ def _where(args) -> int:
     root = Path(args.root)
     params = load_params(root / "params.yaml")
     metrics = root / "results/metrics/relict.json"
-    from .relict.verdict import dataset_verdict, verdict_lines
+    from .review.verdict import dataset_verdict, verdict_lines
 
     verdicts = [v for v in (dataset_verdict(root, d, params["relict"]["measures"]) for d in params["datasets"]) if v]
     if verdicts:  # the answer first: which volumes are copies, of whom

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..io import read_tsv
-from .ranking import read_ranking
+from ..relict.ranking import read_ranking
 
 
 def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None) -> dict | None:
