@@ -16,8 +16,6 @@ from synthaudit import registry
 from synthaudit.relict import calibration, matrix, ranking
 from synthaudit.relict.ratio import distance_ratio
 
-NULL_COLUMNS = ["heldout_id", "patient_id", "closest_training_id", "score", "fpr", "n_null", "called"]
-
 with logged(snakemake.log[0]) as log:
     mat = matrix.load(snakemake.input.measure)
     measure = mat.measure
@@ -56,7 +54,7 @@ with logged(snakemake.log[0]) as log:
                  "(%d held-out scans; %d of them called when left out)", measure, int(calls["called"].sum()),
                  len(rows), rate, len(held_ids), int(check["called"].sum()))
     ranking.write_ranking(snakemake.output.ranking, rows, with_transform=aligned)
-    write_tsv(snakemake.output.null, null_rows, NULL_COLUMNS)
+    write_tsv(snakemake.output.null, null_rows, calibration.NULL_COLUMNS)
     log.info("%s: ranked %d synthetic volumes by %s (n=%d); most likely replica %s (score %.4f)", measure,
              len(rows), "distance ratio" if use_ratio else "absolute distance", result.n_used,
              rows[0]["synthetic_id"], rows[0]["score"])

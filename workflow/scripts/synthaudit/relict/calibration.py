@@ -34,6 +34,10 @@ from dataclasses import dataclass
 import numpy as np
 
 
+# columns of calibration/<measure>.tsv: each held-out scan's score and its leave-patient-out call
+NULL_COLUMNS = ["heldout_id", "patient_id", "closest_training_id", "score", "fpr", "n_null", "called"]
+
+
 @dataclass
 class Null:
     """Held-out real scans scored like synthetic volumes: the null of "a new patient".
