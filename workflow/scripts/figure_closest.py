@@ -6,14 +6,12 @@ from synthaudit.figures import closest_by_measure_figure
 from synthaudit.io import load_volume, write_json
 from synthaudit.logs import logged
 from synthaudit.review import tables
-from synthaudit.relict.ranking import read_ranking
 
 with logged(snakemake.log[0]) as log:
     dataset, measures = snakemake.wildcards.dataset, list(snakemake.params.measures)
-    rankings = {m: read_ranking(p) for m, p in zip(measures, snakemake.input.rankings)}
-    reference, note = tables.resolve_measure(snakemake.params.reference_measure, measures)
-    if note:
-        log.warning("%s: %s", dataset, note)
+    rankings, reference, note = tables.rankings_and_reference(measures, snakemake.input.rankings,
+                                                              snakemake.params.reference_measure,
+                                                              lambda why: log.warning("%s: %s", dataset, why))
     synthetic_paths = tables.paths_by_id(snakemake.input.synthetic)
     training_paths = tables.paths_by_id(snakemake.input.training)
 

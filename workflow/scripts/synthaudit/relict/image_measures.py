@@ -192,26 +192,12 @@ def all_pairs_image_measures(
     return {m: out[m] for m in wanted}
 
 
-def _fused_all_pairs(
-
-    synthetic: np.ndarray,
-    training: Iterable[np.ndarray] | np.ndarray,
-    measures: Sequence[str],
-    *,
-    data_range: float,
-    ssim_sigma: float = 1.5,
-    ssim_truncate: float = 3.5,
-    use_sample_covariance: bool = True,
-    device: str | torch.device = "auto",
-    batch_size: int | None = None,
-    max_memory_mb: float = 4096,
-    threads: int | None = None,
-    n_training: int | None = None,
-    progress: Callable[[int, int | None], None] | None = None,
-    backend: str = "auto",
-) -> dict[str, np.ndarray]:
+def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, data_range: float,
+                     ssim_sigma: float, ssim_truncate: float, use_sample_covariance: bool, device,
+                     batch_size: int | None, max_memory_mb: float, threads: int | None, n_training: int | None,
+                     progress, backend: str) -> dict[str, np.ndarray]:
     """MAE, RMSE and SSIM in the fused passes (arguments as :func:`all_pairs_image_measures`)."""
-    wanted = list(measures)
+    wanted = list(wanted)
     synthetic = _float32_array(synthetic)
     if synthetic.ndim != 4:
         raise ValueError(f"synthetic must have shape (S, X, Y, Z), got {synthetic.shape}")

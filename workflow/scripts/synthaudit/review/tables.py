@@ -57,6 +57,18 @@ def volume_id(path) -> str:
     return Path(path).stem
 
 
+def rankings_and_reference(measures, paths, reference_measure, warn) -> tuple[dict[str, list[dict]], str, str | None]:
+    """Each measure's ranking, the measure the review compares with, and why another one
+    than asked for when so (also passed to ``warn``)."""
+    from ..relict.ranking import read_ranking
+
+    rankings = {m: read_ranking(p) for m, p in zip(measures, paths)}
+    reference, note = resolve_measure(reference_measure, list(measures))
+    if note:
+        warn(note)
+    return rankings, reference, note
+
+
 def resolve_measure(wanted: str, available: Sequence[str]) -> tuple[str, str | None]:
     """The measure to use for a dataset: ``wanted`` if computed there, else the first computed one.
 
