@@ -189,7 +189,7 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     assert {p.name for p in (ws / "results/relict/features").iterdir()} == {"audit"}
     rankings = sorted(p.name for p in (ws / "results/relict/audit").glob("ranking_*.tsv"))
     assert rankings == [f"ranking_{m}.tsv" for m in sorted(
-        ["mae", "rmse", "ssim", "emb_rmse", "emb_cosine", "dice_binary", "asd_binary"])]
+        ["mae", "rmse", "ssim", "ncc", "emb_rmse", "emb_cosine", "dice_binary", "asd_binary"])]
     rows = {r["synthetic_id"]: r for r in read_tsv(ws / "results/relict/audit/ranking_rmse.tsv")}
     assert rows["gen_a"]["closest_training_id"] == "pat0_s1" and rows["gen_b"]["closest_training_id"] == "pat2_s0"
     assert set(json.loads((ws / "results/metrics/relict.json").read_text())) == {"audit"}

@@ -35,9 +35,9 @@ rule features_all:
 # candidate network embeds a dataset once, its feature map pooled onto every grid;
 # each (network, grid, scaling, measure) is scored against the dataset's truth or
 # rating exactly as the workflow scores a measure. `make feature-study`; results/feature_study/.
-STUDY = config.get("feature_study") or {"datasets": [], "networks": {}}
-STUDY_DATASETS = [d for d in STUDY["datasets"] if d in DATASETS]
-STUDY_NETWORKS = list(STUDY["networks"])
+STUDY = PLAN.feature_study
+STUDY_DATASETS = PLAN.study_datasets
+STUDY_NETWORKS = PLAN.study_networks
 
 
 rule feature_study:

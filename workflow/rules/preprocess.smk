@@ -64,7 +64,7 @@ use rule preprocess_scan_labelled as preprocess_scan with:
         transform="results/preprocessed/{dataset}/transforms/{scan}.tfm",
         qc="results/preprocessed/{dataset}/qc/{scan}.json",
     wildcard_constraints:
-        dataset=_alternatives([d for d in OWN_TRAINING if d not in LABELLED_DATASETS]),
+        dataset=_alternatives(PLAN.unlabelled_datasets),
 
 
 rule preprocess_label:
@@ -83,7 +83,7 @@ rule preprocess_label:
     resources:
         mem_mb=2000,
     wildcard_constraints:
-        dataset=_alternatives([d for d in OWN_TRAINING if d not in LABELLED_DATASETS]),
+        dataset=_alternatives(PLAN.unlabelled_datasets),
     conda:
         "../../envs/imaging.yaml"
     script:

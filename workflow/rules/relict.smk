@@ -188,7 +188,7 @@ use rule relict_segmentation_measure as relict_heldout_segmentation_measure with
         training_ids=lambda wc: [s.id for s in plan(wc).train],
         classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
     wildcard_constraints:
-        dataset=_alternatives([b for b in CALIBRATION_BASES if any(m in SEG_MEASURES for m in HELDOUT_MEASURES[b])]),
+        dataset=_alternatives(PLAN.heldout_seg_bases),
         measure=_alternatives(SEG_MEASURES),
 
 
@@ -211,7 +211,7 @@ use rule relict_align as relict_heldout_align with:
         synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
     wildcard_constraints:
-        dataset=_alternatives([b for b in CALIBRATION_BASES if any(m in ALIGNED_MEASURES for m in HELDOUT_MEASURES[b])]),
+        dataset=_alternatives(PLAN.heldout_aligned_bases),
 
 
 rule relict_ratio:

@@ -7,26 +7,6 @@
 from synthaudit import registry
 
 REVIEW_CFG = config["relict"]["review"]
-# Table 2's extraction time of the segmentation level: the benchmark files of the jobs that
-# make the label maps (none when the user gives them: segmentation.source labels, or an
-# nnU-Net predictions folder); the U-Net's training is reported apart from the total.
-REVIEW_SEG_PREDICT = {
-    d: (
-        [f"benchmarks/segment_predict/{d}/unet.tsv"]
-        if config["datasets"][d]["segmentation"]["source"] == "unet"
-        else [f"benchmarks/segment_predict/{d}/nnunet.tsv"]
-        if config["datasets"][d]["segmentation"]["source"] == "nnunet"
-        and not (config["datasets"][d]["segmentation"].get("nnunet") or {}).get("predictions")
-        else []
-    )
-    for d in SEG_DATASETS
-    if registry.by_level(MEASURES_BY_DS[d], "segmentation")
-}
-REVIEW_SEG_TRAIN = {
-    d: [f"benchmarks/segment_train_unet/{TRAINING_OF[d]}.tsv"]
-    for d in REVIEW_SEG_PREDICT
-    if config["datasets"][d]["segmentation"]["source"] == "unet"
-}
 
 
 rule table_runtime:
@@ -37,8 +17,9 @@ rule table_runtime:
             if registry.by_level(MEASURES_BY_DS[wc.dataset], "feature")
             else []
         ),
-        segment=lambda wc: REVIEW_SEG_PREDICT.get(wc.dataset, []),
-        segment_training=lambda wc: REVIEW_SEG_TRAIN.get(wc.dataset, []),
+        # Table 2's extraction time of the segmentation level (the U-Net's training reported apart)
+        segment=lambda wc: PLAN.segmentation_benchmarks(wc.dataset),
+        segment_training=lambda wc: PLAN.segmentation_training_benchmarks(wc.dataset),
     output:
         table="results/tables/{dataset}/runtime.tsv",
         html=report(

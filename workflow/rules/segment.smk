@@ -92,7 +92,7 @@ rule import_nnunet_label:
     resources:
         mem_mb=1000,
     wildcard_constraints:
-        dataset=_alternatives([d for d in SEG_DATASETS if config["datasets"][d]["segmentation"]["source"] == "nnunet"]),
+        dataset=_alternatives(PLAN.nnunet_datasets),
     conda:
         "../../envs/imaging.yaml"
     script:

@@ -1,0 +1,507 @@
+"""The workflow's plan: which datasets get which stage, with which measures, volumes and paths.
+
+Why: Snakemake needs every id and file when it parses the rules (no checkpoints). Computed
+once here from the validated params, the plan is plain Python that tests check without
+Snakemake; the rule files (workflow/rules/common.smk) only look it up.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import re
+from pathlib import Path
+
+from . import registry
+from .config import ParamsError, resolve_datasets, validate_params, with_sweep
+from .privacy.data import PrivacyDataError, check_patients, patient_split
+from .relict import shards as relict_shards
+from .sources import DatasetPlan, SourceError, generator_training_subset, plan_dataset
+
+# generator settings that do not change what a training learns: a checkpoint resumes across them
+NOT_SHAPING = ("epochs", "num_inference_steps", "sample_batch_size")
+
+
+class PlanError(ValueError):
+    """The params or the data cannot be planned; the message says what to fix."""
+
+
+def alternatives(names) -> str:
+    """A regex matching exactly these names (a never-matching one when empty)."""
+    return "|".join(re.escape(n) for n in names) if names else "(?!x)x"
+
+
+def label_of(image_path: str) -> str:
+    """The label map stored beside an image (…/images/x.nii.gz -> …/labels/x.nii.gz)."""
+    path = Path(image_path)
+    return str(path.parent.parent / "labels" / path.name)
+
+
+class WorkflowPlan:
+    """Every dataset's volumes and the datasets each stage runs on, from one params dict.
+
+    Raises PlanError when the params are invalid, a dataset's inputs are inconsistent, or
+    privacy filters or anonymisation labels cannot work on the data (before any job runs).
+    """
+
+    def __init__(self, config: dict):
+        self.config = config
+        try:
+            validate_params(config)
+            # training_from datasets become full entries that read the training side from the
+            # named dataset; generator_sweep adds one dataset per training-set size
+            self.dataset_cfg = resolve_datasets(with_sweep(config))
+            self.plans: dict[str, DatasetPlan] = {n: plan_dataset(n, ds) for n, ds in self.dataset_cfg.items()}
+        except (ParamsError, SourceError) as e:
+            raise PlanError(str(e)) from None
+        cfg = self.dataset_cfg
+        self.datasets = list(self.plans)
+        # the dataset whose training set (and preprocessing outputs) a dataset uses
+        self.training_of = {d: cfg[d].get("training_from") or d for d in self.datasets}
+        self.own_training = [d for d in self.datasets if self.training_of[d] == d]
+        self.demo_datasets = [d for d in self.own_training if cfg[d]["source"] == "demo_ncct"]
+        self.tof_datasets = [d for d in self.datasets if cfg[d]["source"] == "demo_tof"]
+        self.spiked_datasets = [d for d in self.datasets if cfg[d]["synthetic"]["source"] == "spiked"]
+        self.perturbed_datasets = [d for d in self.spiked_datasets if d not in self.tof_datasets]
+        self.ldm_datasets = [d for d in self.datasets if cfg[d]["synthetic"]["source"] == "ldm"]
+        self.imported_datasets = [d for d in self.datasets
+                                  if d not in self.spiked_datasets and d not in self.ldm_datasets]
+        self.sweep = config.get("generator_sweep") or {}
+        self.sweep_datasets = ([f"{self.sweep['dataset']}_n{n}" for n in self.sweep["n_training"]]
+                               if self.sweep.get("dataset") else [])
+        # a generator's autoencoder (and latents): its own, except in the sweep, where only the
+        # diffusion model's training set varies
+        self.ae_owner = {d: self.sweep["dataset"] if d in self.sweep_datasets else d for d in self.ldm_datasets}
+        self.ae_datasets = [d for d in self.ldm_datasets if self.ae_owner[d] == d]
+        # the review outputs: the sweep's datasets are summarised by the sweep instead
+        self.reviewed_datasets = [d for d in self.datasets if d not in self.sweep_datasets]
+
+        self.measures = list(config["relict"]["measures"])
+        self.alignment = config["relict"].get("alignment") or {"datasets": [], "measures": []}
+        self.aligned_datasets = [d for d in self.alignment["datasets"] if d in self.datasets]
+        self.aligned_measures = [f"{m}_aligned" for m in self.alignment["measures"]]
+        self.measures_by_dataset = {d: self.measures_of(d) + (self.aligned_measures if d in self.aligned_datasets
+                                                               else []) for d in self.datasets}
+        # measures of the all-pairs jobs (the aligned variants come from relict_align)
+        self.image_measures = registry.by_level(self.measures, "image")
+        self.feature_measures = registry.by_level(self.measures, "feature")
+        self.seg_measures = registry.by_level(self.measures, "segmentation")
+        self.seg_datasets = [d for d in self.datasets if set(self.measures_by_dataset[d]) & set(self.seg_measures)]
+        self.feature_datasets = [d for d in self.datasets
+                                 if set(self.measures_by_dataset[d]) & set(self.feature_measures)]
+        self.unet_datasets = [d for d in self.seg_datasets if cfg[d]["segmentation"]["source"] == "unet"]
+        self.nnunet_datasets = [d for d in self.seg_datasets if cfg[d]["segmentation"]["source"] == "nnunet"]
+        # every scan labelled: labels are carried onto the grid in the image's job (one job per scan)
+        self.labelled_datasets = [d for d in self.own_training
+                                  if all(self.has_label(d, s.id) for s in self.plans[d].scans)]
+        self.unlabelled_datasets = [d for d in self.own_training if d not in self.labelled_datasets]
+        self.compute = {"device": "auto", "training_shards": 1, "synthetic_shards": 1, **config.get("compute", {})}
+        self.rated_datasets = [d for d in self.datasets if self.ratings_file(d) is not None]
+        self.filter_datasets = [d for d in self.datasets if cfg[d].get("filter_with")]
+
+        # calibrated replica calls: a training set's held-out scans, scored against it by every
+        # measure its synthetic sets use, are the null of "a new patient"
+        self.calibration = config["relict"].get("calibration") or {"rate": 0.05}
+        self.calibration_bases = [b for b in self.own_training if self.plans[b].heldout]
+        self.heldout_measures = {
+            b: [m for m in self.measures + self.aligned_measures
+                if any(self.training_of[d] == b and m in self.measures_by_dataset[d] for d in self.datasets)
+                and (registry.get(m).level != "segmentation" or self.heldout_labels_available(b))]
+            for b in self.calibration_bases}
+        self.heldout_seg_bases = [b for b in self.calibration_bases
+                                  if set(self.heldout_measures[b]) & set(self.seg_measures)]
+        self.heldout_aligned_bases = [b for b in self.calibration_bases
+                                      if set(self.heldout_measures[b]) & set(self.aligned_measures)]
+        self.calibrated = {d: [m for m in self.measures_by_dataset[d]
+                               if m in self.heldout_measures.get(self.training_of[d], [])] for d in self.datasets}
+        self.copies_datasets = [d for d in self.reviewed_datasets if self.calibrated[d]]
+
+        # generative-model recall: held-out distances computed once per training set
+        self.recall = config["relict"]["recall"]
+        self.recall_datasets = [d for d in self.datasets
+                                if self.plans[d].heldout and self.recall["measure"] in self.measures_by_dataset[d]]
+        self.recall_bases = sorted({self.training_of[d] for d in self.recall_datasets})
+        # the sweep's points in order of training-set size: its datasets and the swept generator
+        self.sweep_points = (sorted(self.sweep_datasets + [self.sweep["dataset"]],
+                                    key=lambda d: len(self.generator_training_ids(d)))
+                             if self.sweep_datasets else [])
+
+        self.privacy = config.get("privacy") or {}
+        self.privacy_sets = list(self.privacy.get("training_sets") or [])
+        self.privacy_ae = self.privacy.get("latent_autoencoder")
+        # the synthetic sets a training set's filters judge (the sweep's are summarised by the sweep)
+        self.privacy_targets = {o: [d for d in self.reviewed_datasets if self.training_of[d] == o]
+                                for o in self.privacy_sets}
+        self.privacy_filters = ([f"filter{i}" for i in range(self.privacy["consistency"]["n_filters"])]
+                                if self.privacy else [])
+        self.privacy_runs = [(o, s) for o in self.privacy_sets for s in self.privacy_spaces(o)]
+        self.anonymise = config.get("anonymise") or {"datasets": {}}
+        self.anonymise_datasets = list(self.anonymise["datasets"])
+        # spiked datasets with augmented replicas get the evaluation per replica kind
+        self.augmented_datasets = [
+            d for d in self.spiked_datasets
+            if (cfg[d]["synthetic"]["spiked"].get("augmented") or {}).get("n_per_kind", 0) > 0
+            and d in self.rated_datasets]
+        self.feature_study = config.get("feature_study") or {"datasets": [], "networks": {}}
+        self.study_datasets = [d for d in self.feature_study["datasets"] if d in self.datasets]
+        self.study_networks = list(self.feature_study["networks"])
+        self._check_privacy_data()
+        self._check_anonymise_labels()
+
+    # -- measures --------------------------------------------------------------------------
+
+    def measures_of(self, dataset: str) -> list[str]:
+        """The measures that apply to a dataset: segmentation level only with a segmentation
+        block, multiclass variants only with more than one class."""
+        seg = self.dataset_cfg[dataset].get("segmentation")
+        chosen = self.dataset_cfg[dataset].get("measures") or self.measures
+        out = []
+        for m in self.measures:
+            if m not in chosen:
+                continue
+            if registry.get(m).level == "segmentation" and not seg:
+                continue
+            if m.endswith("_multiclass") and len(seg["classes"]) < 2:
+                continue
+            out.append(m)
+        return out
+
+    def rating_measure(self, dataset: str) -> str:
+        """The measure that ranks the rating sheet (the dataset's first when that one is not computed)."""
+        wanted = self.config["relict"]["review"]["rating_measure"]
+        measures = self.measures_by_dataset[dataset]
+        return wanted if wanted in measures else measures[0]
+
+    def measure_shards(self, dataset: str) -> list[str]:
+        """Shard names of a dataset's image- and segmentation-level measures (relict.shards)."""
+        p = self.plans[dataset]
+        return relict_shards.shard_names(len(p.synthetic), len(p.train), self.compute["synthetic_shards"],
+                                         self.compute["training_shards"])
+
+    def shard_of(self, dataset: str, shard: str, items, axis: str) -> list:
+        """The part of ``items`` (all synthetic or all training volumes, planned order) in ``shard``."""
+        p = self.plans[dataset]
+        blocks = relict_shards.shard_blocks(shard, len(p.synthetic), len(p.train), self.compute["synthetic_shards"],
+                                            self.compute["training_shards"])
+        return list(items)[blocks[0] if axis == "synthetic" else blocks[1]]
+
+    def measure_benchmarks(self, dataset: str, measure: str) -> list[str]:
+        """Benchmark files of one measure's jobs (one per shard; one file at feature level)."""
+        if measure in self.feature_measures:
+            return [f"benchmarks/relict_measure/{dataset}/{measure}.tsv"]
+        if measure in self.aligned_measures:  # the plain measure's jobs, then the alignment search (shared)
+            return (self.measure_benchmarks(dataset, measure.removesuffix("_aligned"))
+                    + [f"benchmarks/relict_align/{dataset}.tsv"])
+        return [f"benchmarks/relict_measure/{dataset}/{measure}/{s}.tsv" for s in self.measure_shards(dataset)]
+
+    def heldout_labels_available(self, base: str) -> bool:
+        """Whether the held-out scans of a training set get label maps (the segmentation level's null)."""
+        seg = self.dataset_cfg[base].get("segmentation")
+        if not seg:
+            return False
+        heldout = self.plans[base].heldout
+        if seg["source"] == "labels":
+            return all(self.has_label(base, s.id) for s in heldout)
+        if seg["source"] == "nnunet" and seg["nnunet"]["predictions"]:
+            return all(Path(seg["nnunet"]["predictions"], f"{s.id}.nii.gz").is_file() for s in heldout)
+        return True  # unet, or an nnU-Net command: they label the held-out scans too
+
+    def heldout_matrix(self, dataset: str, measure: str):
+        """The held-out scans' distances to the training set for this measure ([] when not calibrated)."""
+        if measure not in self.calibrated[dataset]:
+            return []
+        return f"results/relict/{self.training_of[dataset]}/heldout/{measure}.npz"
+
+    def heldout_source_patients(self, dataset: str) -> dict[str, str]:
+        """Synthetic volumes made from a held-out scan (spiked non-replicas) -> that scan's patient."""
+        held = {s.id: s.patient_id for s in self.plans[self.training_of[dataset]].heldout}
+        return {r["id"]: held[r["source_id"]] for r in self.plans[dataset].spiked if r.get("source_id") in held}
+
+    def ratings_file(self, dataset: str) -> str | None:
+        """The rating table that evaluation uses, or None (no evaluation for this dataset)."""
+        given = self.dataset_cfg[dataset].get("ratings")
+        if given:
+            return given
+        if dataset in self.spiked_datasets:
+            return f"results/synthetic/{dataset}/ratings_reference.tsv"
+        return None
+
+    # -- real scans ------------------------------------------------------------------------
+
+    def declared_classes(self, dataset: str) -> int | None:
+        """Number of label values a dataset declares (None without a segmentation block: not checked)."""
+        seg = self.dataset_cfg[dataset].get("segmentation")
+        return len(seg["classes"]) if seg else None
+
+    def raw_image(self, dataset: str, scan_id: str) -> str:
+        """The raw image of a real scan: the user's file, or the demo cohort's output."""
+        scan = self.plans[dataset].scan(scan_id)
+        if scan.image is not None:
+            return scan.image
+        return f"results/cohort/{dataset}/images/{scan_id}.nii.gz"
+
+    def raw_label(self, dataset: str, scan_id: str) -> str:
+        scan = self.plans[dataset].scan(scan_id)
+        if scan.image is not None:
+            if scan.label is None:
+                raise PlanError(f"dataset {dataset}: scan {scan.id} has no label file")
+            return scan.label
+        return f"results/cohort/{dataset}/labels/{scan_id}.nii.gz"
+
+    def has_label(self, dataset: str, scan_id: str) -> bool:
+        s = self.plans[dataset].scan(scan_id)
+        return s.image is None or s.label is not None
+
+    def manifest_rows(self, dataset: str) -> list[dict]:
+        rows = []
+        for s in self.plans[dataset].scans:
+            demo = s.image is None
+            rows.append({"id": s.id, "patient_id": s.patient_id, "role": s.role, "session": s.session,
+                         "image": f"images/{s.id}.nii.gz" if demo else s.image,
+                         "label": f"labels/{s.id}.nii.gz" if demo else s.label})
+        return rows
+
+    def grid_reference(self, dataset: str):
+        """register: false takes the grid of the first training volume; else none is needed."""
+        if self.dataset_cfg[dataset]["preprocess"]["register"]:
+            return []
+        return self.raw_image(dataset, sorted(s.id for s in self.plans[dataset].train)[0])
+
+    def preprocessed_images(self, dataset: str, role: str | None = None) -> list[str]:
+        base = self.training_of[dataset]
+        return [f"results/preprocessed/{base}/images/{s.id}.nii.gz"
+                for s in self.plans[dataset].scans if role is None or s.role == role]
+
+    def preprocessed_labels(self, dataset: str) -> list[str]:
+        base = self.training_of[dataset]
+        return [f"results/preprocessed/{base}/labels/{s.id}.nii.gz"
+                for s in self.plans[dataset].scans if self.has_label(dataset, s.id)]
+
+    def training_labels(self, dataset: str) -> list[str]:
+        return [label_of(p) for p in self.preprocessed_images(dataset, role="train")]
+
+    def grid_json(self, dataset: str) -> str:
+        """The preprocessed grid every volume of a dataset lies on (the training dataset's)."""
+        return f"results/preprocessed/{self.training_of[dataset]}/grid.json"
+
+    def training_qc(self, dataset: str) -> list[str]:
+        base = self.training_of[dataset]
+        return [f"results/preprocessed/{base}/qc/{s.id}.json" for s in self.plans[dataset].train]
+
+    def training_features(self, dataset: str) -> str:
+        return f"results/relict/features/{self.training_of[dataset]}/train.npz"
+
+    # -- synthetic volumes and splits ------------------------------------------------------
+
+    def synthetic_images(self, dataset: str) -> list[str]:
+        return [f"results/synthetic/{dataset}/images/{v.id}.nii.gz" for v in self.plans[dataset].synthetic]
+
+    def spiked_row(self, dataset: str, syn: str) -> dict:
+        for r in self.plans[dataset].spiked:
+            if r["id"] == syn:
+                return r
+        raise PlanError(f"dataset {dataset}: no synthetic volume {syn}")
+
+    def spiked_source(self, dataset: str, syn: str) -> str:
+        source = self.spiked_row(dataset, syn)["source_id"]
+        return f"results/preprocessed/{self.training_of[dataset]}/images/{source}.nii.gz"
+
+    def spiked_source_label(self, dataset: str, syn: str) -> str:
+        return label_of(self.spiked_source(dataset, syn))
+
+    def tof_heldout_image(self, dataset: str, syn: str):
+        """A held-out scan copied as a TOF non-replica (nothing for a replica, which is rendered)."""
+        return [] if self.spiked_row(dataset, syn)["kind"] == "replica" else self.spiked_source(dataset, syn)
+
+    def tof_heldout_label(self, dataset: str, syn: str):
+        return [] if self.spiked_row(dataset, syn)["kind"] == "replica" else self.spiked_source_label(dataset, syn)
+
+    def user_synthetic_label(self, dataset: str, syn: str) -> str:
+        """A user's label file for a synthetic volume: from the manifest, or the labels folder."""
+        vol = self.plans[dataset].synthetic_volume(syn)
+        if vol.label:
+            return vol.label
+        folder = self.dataset_cfg[dataset]["segmentation"].get("synthetic_labels")
+        if not folder:
+            raise PlanError(f"dataset {dataset}: segmentation.source is labels but synthetic "
+                            f"volume {syn} has no label (give segmentation.synthetic_labels)")
+        return f"{folder}/{syn}.nii.gz"
+
+    def volume_image(self, dataset: str, vid: str) -> str:
+        """Preprocessed image of a real scan or a synthetic volume, by id."""
+        if vid in {v.id for v in self.plans[dataset].synthetic}:
+            return f"results/synthetic/{dataset}/images/{vid}.nii.gz"
+        return f"results/preprocessed/{self.training_of[dataset]}/images/{vid}.nii.gz"
+
+    def split_images(self, dataset: str, split: str) -> list[str]:
+        """The volumes of one split: synthetic, train or heldout (real, preprocessed)."""
+        if split == "synthetic":
+            return self.synthetic_images(dataset)
+        return self.preprocessed_images(dataset, role=split)
+
+    def split_ids(self, dataset: str, split: str) -> list[str]:
+        p = self.plans[dataset]
+        if split == "synthetic":
+            return [v.id for v in p.synthetic]
+        return [s.id for s in (p.train if split == "train" else p.heldout)]
+
+    # -- segmentation level ----------------------------------------------------------------
+
+    def seg_label_path(self, dataset: str, vid: str, synthetic: bool) -> str:
+        """The label map a segmentation-level measure uses for one volume."""
+        source = self.dataset_cfg[dataset]["segmentation"]["source"]
+        owner = dataset if synthetic else self.training_of[dataset]  # training labels are made once
+        if source == "labels":
+            kind = "synthetic" if synthetic else "preprocessed"
+            return f"results/{kind}/{owner}/labels/{vid}.nii.gz"
+        return f"results/relict/segmentation/{owner}/labels/{vid}.nii.gz"
+
+    def seg_labels(self, dataset: str, split: str) -> list[str]:
+        p = self.plans[dataset]
+        ids = [v.id for v in p.synthetic] if split == "synthetic" else [s.id for s in p.train]
+        return [self.seg_label_path(dataset, i, split == "synthetic") for i in ids]
+
+    def all_volume_ids(self, dataset: str) -> list[str]:
+        """What a segmentation model must label: the synthetic volumes, and the training and
+        held-out volumes unless the dataset shares them (training_from), whose labels exist
+        already (held-out label maps calibrate the segmentation level's replica calls)."""
+        p = self.plans[dataset]
+        own = [s.id for s in p.train + p.heldout] if self.training_of[dataset] == dataset else []
+        return own + [v.id for v in p.synthetic]
+
+    def nnunet_prediction(self, dataset: str, vid: str) -> str:
+        """The user's prediction file, or (command mode) the folder the nnunet_predict rule writes."""
+        nn = self.dataset_cfg[dataset]["segmentation"]["nnunet"]
+        if nn["predictions"]:
+            return f"{nn['predictions']}/{vid}.nii.gz"
+        return f"results/relict/segmentation/{dataset}/nnunet_predictions"
+
+    def segmentation_benchmarks(self, dataset: str) -> list[str]:
+        """Table 2's extraction time of the segmentation level: the benchmark files of the jobs
+        that make the label maps (none when the user gives them: labels, or nnU-Net predictions)."""
+        if dataset not in self.seg_datasets or not registry.by_level(self.measures_by_dataset[dataset],
+                                                                     "segmentation"):
+            return []
+        seg = self.dataset_cfg[dataset]["segmentation"]
+        if seg["source"] == "unet":
+            return [f"benchmarks/segment_predict/{dataset}/unet.tsv"]
+        if seg["source"] == "nnunet" and not (seg.get("nnunet") or {}).get("predictions"):
+            return [f"benchmarks/segment_predict/{dataset}/nnunet.tsv"]
+        return []
+
+    def segmentation_training_benchmarks(self, dataset: str) -> list[str]:
+        """The U-Net's training benchmark (reported apart from the extraction time)."""
+        if not self.segmentation_benchmarks(dataset) or self.dataset_cfg[dataset]["segmentation"]["source"] != "unet":
+            return []
+        return [f"benchmarks/segment_train_unet/{self.training_of[dataset]}.tsv"]
+
+    # -- the in-workflow generator ---------------------------------------------------------
+
+    def generator_training_ids(self, dataset: str, subset_only: bool = False) -> list[str]:
+        """The training volumes an in-workflow generator learns from (all, or n_training of
+        them); with subset_only, an empty list when that is all of them."""
+        ldm = self.dataset_cfg[dataset]["synthetic"].get("ldm")
+        ids = sorted(s.id for s in self.plans[dataset].train)
+        if not ldm or ldm.get("n_training") is None:
+            return [] if subset_only else ids
+        return generator_training_subset(ids, ldm["n_training"], ldm["seed"])
+
+    def generator_training_images(self, dataset: str) -> list[str]:
+        base = self.training_of[dataset]
+        return [f"results/preprocessed/{base}/images/{i}.nii.gz" for i in self.generator_training_ids(dataset)]
+
+    def ldm_checkpoint(self, dataset: str, stage: str) -> str:
+        """The training checkpoint of one LDM stage, named by a hash of the settings that shape
+        the training (not the epochs): changed settings start a fresh checkpoint, the same
+        settings (after an interruption, or with more epochs) resume the old one."""
+        ldm = self.dataset_cfg[dataset]["synthetic"]["ldm"]
+        shaping = {k: v for k, v in ldm[stage].items() if k not in NOT_SHAPING}
+        # the diffusion model learns the autoencoder's latents: any change there is new data
+        upstream = ldm["autoencoder"] if stage == "diffusion" else None
+        key = json.dumps([shaping, upstream, ldm["seed"], self.generator_training_ids(dataset)], sort_keys=True)
+        digest = hashlib.sha256(key.encode()).hexdigest()[:12]
+        return f"results/generator/{dataset}/checkpoints/{stage}-{digest}.ckpt"
+
+    def ldm_settings(self, dataset: str) -> dict:
+        """The generator settings a training rule uses. In the memorisation sweep with
+        equal_steps, a smaller training set gets more epochs, so that every generator of the
+        sweep takes the same number of optimiser steps (ceil(n / batch_size) per epoch)."""
+        ldm = copy.deepcopy(self.dataset_cfg[dataset]["synthetic"]["ldm"])
+        if dataset in self.sweep_datasets and self.sweep.get("equal_steps"):
+            n_full = len(self.generator_training_ids(self.sweep["dataset"]))
+            n = len(self.generator_training_ids(dataset))
+            for stage in ("diffusion",):  # the autoencoder is the swept generator's
+                batch = ldm[stage].get("batch_size", 2)
+                steps_full = ldm[stage].get("epochs", 100) * math.ceil(n_full / batch)
+                ldm[stage]["epochs"] = max(1, round(steps_full / math.ceil(n / batch)))
+        return ldm
+
+    # -- privacy filters and anonymisation -------------------------------------------------
+
+    def privacy_spaces(self, owner: str) -> list[str]:
+        """Image space always; latent space when the named generator learns this training set."""
+        spaces = [s for s in self.privacy.get("spaces", []) if s == "image"]
+        if ("latent" in self.privacy.get("spaces", []) and self.privacy_ae
+                and self.training_of.get(self.privacy_ae) == owner):
+            spaces.append("latent")
+        return spaces
+
+    def privacy_synthetic_images(self, owner: str) -> list[str]:
+        return [p for d in self.privacy_targets[owner] for p in self.synthetic_images(d)]
+
+    def privacy_truth(self, owner: str) -> dict:
+        """Known sources of spiked synthetic volumes: replica of which training patient."""
+        out = {}
+        for d in self.privacy_targets[owner]:
+            if self.plans[d].spiked:
+                base = self.plans[self.training_of[d]]
+                out[d] = {r["id"]: {"kind": "replica" if r["kind"] == "replica" else "nonreplica",
+                                    "source_patient": base.scan(r["source_id"]).patient_id}
+                          for r in self.plans[d].spiked}
+        return out
+
+    def anonymise_labels(self, dataset: str) -> str:
+        """The class-label table: the user's file, or the demo's own (from the simulation truth)."""
+        given = self.anonymise["datasets"][dataset]["labels"]
+        return given if given else f"results/anonymise/{dataset}/classes.tsv"
+
+    def _check_privacy_data(self) -> None:
+        """Refuse data without re-identification pairs before anything runs."""
+        for owner in self.privacy_sets:
+            scans, heldout, training = self.plans[owner].scans, self.plans[owner].heldout, self.privacy["training"]
+            try:
+                check_patients([s.id for s in scans], [s.patient_id for s in scans], [s.role for s in scans],
+                               f"privacy.training_sets: dataset {owner}")
+                patient_split([s.patient_id for s in scans], [i for i, s in enumerate(scans) if s.role == "train"],
+                              training["validation_fraction"], training["split_seed"])
+                if len(heldout) < 2 or len({s.patient_id for s in heldout}) < 2:
+                    raise PrivacyDataError("calibration needs held-out scans of at least two patients (role heldout)")
+            except PrivacyDataError as e:
+                raise PlanError(f"privacy filter for dataset {owner}: {e}") from None
+
+    def _check_anonymise_labels(self) -> None:
+        """User labels exist before any job: refuse bad ones now, not after the embeddings."""
+        from .anonymise.data import LabelError, label_problems, read_labels, validation_mask
+
+        anon = self.anonymise
+        for dataset, spec in anon["datasets"].items():
+            if not spec["labels"]:
+                continue  # the demo's own table, checked when it exists
+            where = f"anonymise.datasets.{dataset}"
+            p = self.plans[dataset]
+            try:
+                train, splits = read_labels(spec["labels"], spec["column"], [s.id for s in p.train], "training")
+                test, _ = read_labels(spec["labels"], spec["column"], [s.id for s in p.heldout], "held-out")
+            except LabelError as e:
+                raise PlanError(f"{where}: {e}") from None
+            try:
+                validation = validation_mask(train, [s.patient_id for s in p.train], splits,
+                                             anon["validation_fraction"], anon["split_seed"])
+            except LabelError:
+                validation = None
+            problems = label_problems(train, test, anon["k_same"], validation)
+            if problems:
+                raise PlanError(f"{where} ({spec['labels']}, column {spec['column']!r}):\n  - "
+                                + "\n  - ".join(problems))
