@@ -427,7 +427,7 @@ def test_feature_measures_edge_cases():
     assert list(out) == ["emb_cosine"]
     np.testing.assert_array_equal(out["emb_cosine"], [[0.0, 0.0], [0.0, 1.0]])  # zero vector: 0
     assert all_pairs_feature_measures(a[:0], a)["emb_rmse"].shape == (0, 2)
-    with pytest.raises(ValueError, match="unknown feature measure"):
+    with pytest.raises(ValueError, match="unknown feature-level measure"):
         all_pairs_feature_measures(a, a, measures=["ssim"])
     with pytest.raises(ValueError, match="embedding lengths differ"):
         all_pairs_feature_measures(a, a[:, :2])

@@ -10,8 +10,11 @@ import yaml
 
 from synthaudit import registry
 from synthaudit.config import SCHEMA_PATH, load_schema
+from synthaudit.features import compare
 from synthaudit.features.compare import all_pairs_feature_measures
+from synthaudit.relict import image_measures
 from synthaudit.relict.image_measures import all_pairs_image_measures
+from synthaudit.segment import measures as segment_measures
 from synthaudit.segment.measures import all_pairs_segmentation_measures
 
 SHAPE = (12, 12, 12)
@@ -98,10 +101,11 @@ def test_every_measure_has_cases():
 
 
 def test_registered_functions_resolve_and_levels_are_known():
+    engines = {"image": image_measures, "feature": compare, "segmentation": segment_measures}
     for name, m in registry.MEASURES.items():
         assert m.level in registry.LEVELS
         if m.implementation not in ("fused", "alignment"):
-            assert callable(registry.implementation(name))
+            assert callable(getattr(engines[m.level], m.implementation)), name
         assert (m.aligned_from is not None) == (m.implementation == "alignment")
     with pytest.raises(KeyError, match="psnr"):
         registry.get("psnr")

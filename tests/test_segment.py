@@ -231,7 +231,7 @@ def test_all_pairs_measure_subset_and_input_errors():
     volumes[0][2:5, 2:5, 2:5] = 1
     result = M.all_pairs_segmentation_measures(volumes, iter(volumes), [1], (1, 1, 1), measures=["dice_binary"])
     assert list(result) == ["dice_binary"] and result["dice_binary"].shape == (2, 2)
-    with pytest.raises(ValueError, match="unknown measure"):
+    with pytest.raises(ValueError, match="unknown segmentation-level measure"):
         M.all_pairs_segmentation_measures(volumes, volumes, [1], (1, 1, 1), measures=["hausdorff"])
     with pytest.raises(ValueError, match=r"training label map 1: expected shape \(8, 8, 8\)"):
         M.all_pairs_segmentation_measures(volumes, [volumes[0], np.zeros((8, 8, 9))], [1], (1, 1, 1))

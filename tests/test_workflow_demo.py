@@ -23,7 +23,7 @@ def demo(tmp_path_factory):
 
 def test_demo_metrics_have_every_measure(demo):
     metrics = json.loads((demo / "results/metrics/relict.json").read_text())
-    image_feature = {"mae", "rmse", "ssim", "emb_rmse", "emb_cosine"}
+    image_feature = {"mae", "rmse", "ssim", "ncc", "emb_rmse", "emb_cosine"}
     assert set(metrics["ncct_demo"]) == image_feature | {"dice_binary", "asd_binary"}  # one class: no multiclass
     assert set(metrics["tof_demo"]) == {"rmse", "dice_multiclass", "asd_multiclass"}  # its finding (tiny_params)
     for dataset, n_syn, n_rep in (("ncct_demo", 9, 4), ("tof_demo", 8, 4)):
@@ -35,7 +35,7 @@ def test_demo_metrics_have_every_measure(demo):
             # resamples score 1 (a skewed distribution), so only the ordering is checked
             assert 0 <= e["balanced_accuracy_ci_low"] <= e["balanced_accuracy_ci_high"] <= 1, e
             assert 0 <= e["balanced_accuracy_out_of_sample"] <= 1, e
-    for measure in ("mae", "rmse", "ssim"):  # mild NCCT replicas are easy at image level
+    for measure in ("mae", "rmse", "ssim", "ncc"):  # mild NCCT replicas are easy at image level
         assert metrics["ncct_demo"][measure]["balanced_accuracy"] >= 0.75, metrics["ncct_demo"][measure]
     feature = metrics["ncct_demo"]["emb_cosine"]
     assert "untrained" in feature["extractor"] and "smoothed" in feature["extractor"]

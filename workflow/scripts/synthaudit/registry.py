@@ -21,14 +21,6 @@ from dataclasses import dataclass
 import numpy as np
 
 LEVELS = ("image", "feature", "segmentation")
-# where each level's all-pairs implementation lives (``implementation`` names a function there)
-ENGINES = {
-    "image": "synthaudit.relict.image_measures",
-    "feature": "synthaudit.features.compare",
-    "segmentation": "synthaudit.segment.measures",
-}
-
-
 @dataclass(frozen=True)
 class Measure:
     """One measure: what it is called, how it becomes a replica score, and where its code is.
@@ -43,8 +35,12 @@ class Measure:
         uses_ratio: True: ranked by the distance ratio (image and feature level);
             False: by the absolute distance to the closest training volume
             (segmentation level, paper 2.4: the segmentation already isolates the ROI).
-        implementation: The function of the level's engine module that computes it;
-            "fused" for measures the engine computes in its fused kernels.
+        implementation: The name of the function in the level's engine module
+            (image: synthaudit.relict.image_measures, feature: synthaudit.features.compare,
+            segmentation: synthaudit.segment.measures) that computes it; "fused" for
+            measures the image engine computes in its fused passes, "alignment" for the
+            aligned variants. The engine resolves the name itself (no import from here:
+            rules that only need labels or levels stay light).
         unit: Unit of the raw values, for axis labels.
         alignable: Has an ``<name>_aligned`` variant (relict.alignment).
         multiclass: Needs more than one label class.
@@ -150,13 +146,3 @@ def check(measure_names, level: str | None = None) -> list[str]:
     if not measure_names:
         raise ValueError("no measures requested")
     return list(dict.fromkeys(measure_names))
-
-
-def implementation(name: str):
-    """The function that computes measure ``name`` pair by pair (not for "fused" ones)."""
-    import importlib
-
-    m = get(name)
-    if m.implementation in ("fused", "alignment"):
-        raise ValueError(f"measure {name!r} is computed by its engine's {m.implementation} path, not a function")
-    return getattr(importlib.import_module(ENGINES[m.level]), m.implementation)

@@ -157,7 +157,7 @@ def all_pairs_image_measures(
     """
     wanted = _check_measures(measures)
     fused = [m for m in wanted if m in FUSED]
-    pairwise = {m: registry.implementation(m) for m in wanted if m not in FUSED}
+    pairwise = {m: _registered_function(m) for m in wanted if m not in FUSED}
     settings = dict(data_range=data_range, ssim_sigma=ssim_sigma, ssim_truncate=ssim_truncate,
                     use_sample_covariance=use_sample_covariance, device=device, batch_size=batch_size,
                     max_memory_mb=max_memory_mb, threads=threads, backend=backend)
@@ -190,6 +190,15 @@ def all_pairs_image_measures(
     for m in pairwise:
         out[m] = np.stack(columns[m], axis=1) if columns[m] else np.empty((len(synthetic), 0))
     return {m: out[m] for m in wanted}
+
+
+def _registered_function(measure: str):
+    """The function of this module that the registry names for an image-level measure."""
+    name = registry.get(measure).implementation
+    function = globals().get(name)
+    if not callable(function):
+        raise ValueError(f"measure {measure!r}: the registry names {name!r}, which is not a function of {__name__}")
+    return function
 
 
 def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, data_range: float,
