@@ -161,9 +161,10 @@ class WorkflowPlan:
         for m in self.measures:
             if m not in chosen:
                 continue
-            if registry.get(m).level == "segmentation" and not seg:
+            info = registry.get(m)
+            if info.level == "segmentation" and not seg:
                 continue
-            if m.endswith("_multiclass") and len(seg["classes"]) < 2:
+            if info.multiclass and len(seg["classes"]) < 2:
                 continue
             out.append(m)
         return out
