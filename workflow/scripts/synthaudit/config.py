@@ -13,6 +13,8 @@ from pathlib import Path
 import jsonschema
 import yaml
 
+from . import registry
+
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "params.schema.yaml"
 
 
@@ -22,8 +24,6 @@ class ParamsError(ValueError):
 
 def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
     """The params schema, with its measure enums filled from the registry (one list of measures)."""
-    from . import registry
-
     with open(path) as fh:
         schema = yaml.safe_load(fh)
     defs = schema.get("$defs", {})
@@ -249,9 +249,10 @@ def _cross_field_problems(params: dict) -> list[str]:
         key = f"datasets.{name}.filter_measures" if ds.get("filter_measures") else "relict.review.filter_measures"
         chosen = ds.get("measures")
         for m in filter_measures(params, name):
-            if m.startswith(("dice_", "asd_")) and not seg:
+            info = registry.get(m)  # the schema admitted only registered names
+            if info.level == "segmentation" and not seg:
                 out.append(f"{key}: {m} needs a segmentation block in datasets.{name}, which filters with it")
-            elif m.endswith("_multiclass") and seg and len(seg["classes"]) < 2:
+            elif info.multiclass and seg and len(seg["classes"]) < 2:
                 out.append(f"{key}: {m} needs more than one class in datasets.{name}")
             elif chosen and m not in chosen:
                 out.append(f"{key}: {m} is not in datasets.{name}.measures")

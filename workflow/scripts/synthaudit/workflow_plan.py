@@ -193,7 +193,7 @@ class WorkflowPlan:
         if measure in self.feature_measures:
             return [f"benchmarks/relict_measure/{dataset}/{measure}.tsv"]
         if measure in self.aligned_measures:  # the plain measure's jobs, then the alignment search (shared)
-            return (self.measure_benchmarks(dataset, measure.removesuffix("_aligned"))
+            return (self.measure_benchmarks(dataset, registry.get(measure).aligned_from)
                     + [f"benchmarks/relict_align/{dataset}.tsv"])
         return [f"benchmarks/relict_measure/{dataset}/{measure}/{s}.tsv" for s in self.measure_shards(dataset)]
 

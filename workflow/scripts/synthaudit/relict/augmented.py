@@ -15,6 +15,7 @@ import math
 
 import numpy as np
 
+from .. import registry
 from .evaluate import roc_auc
 
 COLUMNS = ["measure", "kind", "n_replicas", "n_nonreplicas", "threshold", "sensitivity", "specificity",
@@ -79,7 +80,7 @@ def figure(path, rows: list[dict], title: str) -> None:
                            (axes[1], "source_found", "closest volume is the source patient")):
         for n, m in enumerate(measures):
             ys = [value[(m, k)][key] if (m, k) in value else np.nan for k in kinds]
-            hatch = "//" if m.endswith("_aligned") else None
+            hatch = "//" if m in registry.MEASURES and registry.get(m).aligned_from else None
             ax.bar(x + (n - (len(measures) - 1) / 2) * width, ys, width, label=MEASURE_LABELS.get(m, m),
                    hatch=hatch, edgecolor="black", linewidth=0.5)
         ax.set_xticks(x, [f"{k}\n(n={value[(measures[0], k)]['n_replicas']})" if (measures[0], k) in value else k
