@@ -58,10 +58,6 @@ class Measure:
     multiclass: bool = False
     aligned_from: str | None = None
 
-    @property
-    def is_similarity(self) -> bool:
-        return self.similarity is not None
-
     def to_distance(self, values) -> np.ndarray:
         """Raw values as distances (small = alike), float64; paper 2.4 for similarities.
 
