@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 
-.PHONY: demo test install lint report privacy anonymise augmentation feature-study dvc-repro clean bench bench-quick
+.PHONY: demo test install lint report privacy anonymise augmentation feature-study dvc-repro clean bench bench-quick bench-loop
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -58,6 +58,12 @@ bench-quick: $(STAMP)
 	$(BIN)/python -m synthaudit.bench --scale quick
 	$(BIN)/python -m synthaudit.bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
 	$(BIN)/python -m synthaudit.bench.embedding --spacing 2 --out results/bench/embedding_2mm.json
+
+# The developer's loop on a fresh clone of HEAD (README, "Benchmark"): make install, make demo
+# and make test timed, Snakemake's own CPU (py-spy profile), concurrency; results/bench/loop.json.
+bench-loop: $(STAMP)
+	$(BIN)/python -m pip install --quiet py-spy -c constraints.txt
+	$(BIN)/python -m synthaudit.bench.loop --out results/bench/loop.json --profile-master
 
 clean:
 	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \
