@@ -1,0 +1,74 @@
+"""The numba SSIM kernels: the 11-tap fast path against skimage and the generic kernel."""
+
+import numpy as np
+import pytest
+from scipy import ndimage as ndi
+from skimage.metrics import structural_similarity
+
+from synthaudit.relict import image_measures, kernels
+from synthaudit.relict.image_measures import all_pairs_image_measures
+
+
+def _volumes(rng, shape, n):
+    out = []
+    for _ in range(n):
+        v = ndi.gaussian_filter(rng.standard_normal(shape), 1.0)
+        v = (v - v.min()) / (v.max() - v.min())
+        v[: shape[0] // 3] = 0  # flat background
+        out.append(v)
+    return np.stack(out).astype(np.float32)
+
+
+def _skimage(a, b):
+    return structural_similarity(a.astype(np.float64), b.astype(np.float64), gaussian_weights=True, sigma=1.5,
+                                 data_range=1.0, use_sample_covariance=True)
+
+
+@pytest.mark.parametrize("shape", [(11, 11, 11), (11, 13, 12), (17, 11, 23), (14, 19, 16)])
+def test_fast_kernel_matches_skimage_on_small_and_odd_shapes(shape):
+    rng = np.random.default_rng(7)
+    syn, train = _volumes(rng, shape, 2), _volumes(rng, shape, 3)
+    train[1] = syn[0]
+    out = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0, backend="kernels")["ssim"]
+    expected = np.array([[_skimage(s, t) for t in train] for s in syn])
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
+    assert abs(out[0, 1] - 1.0) < 1e-6
+
+
+def _maps(shape, n_syn, n_train, seed=3):
+    rng = np.random.default_rng(seed)
+    ssim = image_measures._SSIM(shape, data_range=1.0, sigma=1.5, truncate=3.5, use_sample_covariance=True,
+                                device=image_measures.torch.device("cpu"), use_kernels=True)
+    vols = _volumes(rng, shape, n_syn + n_train)
+    maps = ssim.moments(image_measures.torch.from_numpy(vols)).arrays()
+    return ssim, [m[:n_syn] for m in maps], [m[n_syn:] for m in maps]
+
+
+def test_fast_kernel_equals_generic_kernel():
+    ssim, x, y = _maps((15, 18, 21), 3, 5)
+    weights = ssim.filter.weights.astype(np.float32)
+    fast, generic = np.zeros((3, 5)), np.zeros((3, 5))
+    kernels.ssim_sums(*x, *y, weights, ssim.c1, ssim.c2 / ssim.k, fast)
+    kernels._ssim_sums_generic(*x, *y, weights, ssim.c1, ssim.c2 / ssim.k, generic)
+    np.testing.assert_allclose(fast, generic, rtol=1e-6, atol=0)
+
+
+@pytest.mark.parametrize("block", [1, 3, 4, 7])
+def test_result_does_not_depend_on_block_size_or_threads(monkeypatch, block):
+    rng = np.random.default_rng(11)
+    syn, train = _volumes(rng, (13, 15, 12), 3), _volumes(rng, (13, 15, 12), 5)
+    reference = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0, backend="kernels", threads=1)["ssim"]
+    monkeypatch.setattr(image_measures, "_CPU_SSIM_BLOCK", block)
+    for threads in (1, 2):
+        out = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0, backend="kernels",
+                                       threads=threads)["ssim"]
+        np.testing.assert_array_equal(out, reference)
+
+
+def test_other_window_uses_generic_kernel_and_matches_skimage():
+    rng = np.random.default_rng(5)
+    syn, train = _volumes(rng, (12, 13, 14), 2), _volumes(rng, (12, 13, 14), 2)
+    out = all_pairs_image_measures(syn, train, ["ssim"], data_range=1.0, ssim_sigma=1.0, backend="kernels")["ssim"]
+    expected = np.array([[structural_similarity(s.astype(np.float64), t.astype(np.float64), gaussian_weights=True,
+                                                sigma=1.0, data_range=1.0) for t in train] for s in syn])
+    np.testing.assert_allclose(out, expected, rtol=0, atol=1e-5)
