@@ -33,6 +33,7 @@ import numpy as np
 
 from . import report as figures
 from .cohort import Cohort, CohortSpec, Reader, cohort_path, ensure
+from .floor import ssim_floor
 from .params import LEVELS, Scale, UseCase
 from .reference import METHODS, SINGLE_THREAD_ENV, choose_pairs, compare, run_reference
 
@@ -369,6 +370,10 @@ def bench_use_case(scale: Scale, use_case: UseCase, out: Path, measures: list[st
             results[measure] = {"error": str(e)}
             continue
         entry = {"engine": figures.engine_figures(raw, use_case.n_training)}
+        if measure == "ssim" and raw["device"] == "cpu":  # how far from this machine's floor
+            entry["floor"] = ssim_floor(spec.shape, scale.threads, entry["engine"]["s_per_pair"])
+            log(f"{tag} ssim: {entry['floor']['times_floor']}x the floor of {entry['floor']['floor_s_per_pair'] * 1e3:.1f} "
+                f"ms per pair ({entry['floor']['bound']}-bound)")
         log(f"{tag} {measure}: {raw['compute_s']:.2f} s compute + {raw['load_s']:.2f} s loading, "
             f"peak RSS {raw['peak_rss_mb']:.0f} MB")
         n_pairs = scale.pairs_for(measure)
