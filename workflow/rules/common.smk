@@ -3,6 +3,15 @@
 # wildcard constraints, and input functions (wildcards -> plan method).
 
 from snakemake.exceptions import WorkflowError
+from snakemake.logging import logger
+
+from synthaudit.scheduler_fix import keep_one_reevaluation_timer
+
+# one pending scheduler wake-up at a time: Snakemake 9.27 adds a 1-Hz timer chain per
+# finished job (synthaudit/scheduler_fix.py; tests/test_scheduler.py)
+_SCHEDULER_FIX = keep_one_reevaluation_timer()
+if _SCHEDULER_FIX.startswith("not applied"):
+    logger.warning(f"synthaudit scheduler fix {_SCHEDULER_FIX}: Snakemake's own process may poll ever faster")
 
 from synthaudit.config import filter_measures
 from synthaudit.workflow_plan import PlanError, WorkflowPlan, alternatives as _alternatives
