@@ -51,13 +51,16 @@ POLL_S = 0.5                       # sampling period of the process monitor
 
 @dataclass
 class Job:
-    """One job of a Snakemake run, as its log reports it (timestamps to the second)."""
+    """One job of a Snakemake run, as its log reports it (timestamps to the second; the
+    positions of its start and finish lines in the log order events within a second)."""
 
     jobid: int
     rule: str
     threads: int
     start: dt.datetime
     end: dt.datetime | None = None
+    start_line: int = 0
+    end_line: int = 0
 
     @property
     def seconds(self) -> float:
@@ -75,34 +78,37 @@ def parse_snakemake_log(path: str | Path) -> list[Job]:
     """The jobs of one Snakemake log with rule, declared threads, start and end."""
     jobs: dict[int, Job] = {}
     stamp = rule = current = None
-    for line in Path(path).read_text().splitlines():
+    for number, line in enumerate(Path(path).read_text().splitlines()):
         if m := _STAMP.match(line):
             stamp = dt.datetime.strptime(m.group(1), "%a %b %d %H:%M:%S %Y")
         elif m := _RULE.match(line):
             rule, current = m.group(1), None
         elif (m := _JOBID.match(line)) and rule is not None:
-            current = jobs[int(m.group(1))] = Job(int(m.group(1)), rule, 1, stamp)
+            current = jobs[int(m.group(1))] = Job(int(m.group(1)), rule, 1, stamp, start_line=number)
             rule = None
         elif (m := _THREADS.match(line)) and current is not None:
             current.threads = int(m.group(1))
         elif m := _DONE.match(line):
             if (job := jobs.get(int(m.group(1)))) is not None:
-                job.end = stamp
+                job.end, job.end_line = stamp, number
     return [j for j in jobs.values() if j.end is not None]
 
 
 def timeline(jobs: list[Job]) -> dict:
-    """Declared concurrency over the run: the most threads at once, seconds at each count of jobs."""
-    # at one second (the log's resolution): earlier jobs end, then jobs start, then the
-    # jobs that started in that same second end
-    events = sorted([(j.start, 1, 1, j.threads) for j in jobs]
-                    + [(j.end, 0 if j.end > j.start else 2, -1, -j.threads) for j in jobs])
+    """Declared concurrency over the run: the most threads at once, seconds at each count of jobs.
+
+    Events are taken in the log's order (the scheduler writes a job's start before it
+    runs and its finish after), so jobs that start and end within one second of the
+    log's timestamps are not counted as running together.
+    """
+    events = sorted([(j.start_line, j.start, 1, j.threads) for j in jobs]
+                    + [(j.end_line, j.end, -1, -j.threads) for j in jobs])
     running = threads = peak = 0
     by_jobs: collections.Counter = collections.Counter()
-    previous = events[0][0] if events else None
-    for when, _, step, dthreads in events:
-        by_jobs[running] += (when - previous).total_seconds()
-        previous = when
+    previous = events[0][1] if events else None
+    for _, when, step, dthreads in events:
+        by_jobs[running] += max(0.0, (when - previous).total_seconds())
+        previous = max(previous, when)
         running += step
         threads += dthreads
         peak = max(peak, threads)
@@ -315,9 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_test:
         say("make test")
         test_s, rc = _timed(["make", "test"], clone, out.with_name("loop_test.log"))
-        tail = out.with_name("loop_test.log").read_text().splitlines()[-1:]
+        summary = [line.strip("= ") for line in out.with_name("loop_test.log").read_text().splitlines()
+                   if re.search(r"\d+ (passed|failed)", line)]
         figures.update({"test_s": round(test_s, 1), "test_exit": rc, "test_with_install_s": round(test_s + install_s, 1),
-                        "test_summary": tail[0] if tail else ""})
+                        "test_summary": summary[-1] if summary else ""})
         met["test_wall_s"] = rc == 0 and figures["test_with_install_s"] <= TARGETS["test_wall_s"]
         failed |= rc != 0
         say(f"make test {test_s:.0f} s (exit {rc}): {figures['test_summary']}")
