@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import collections
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -40,6 +39,9 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from ..io import write_json
+from .report import cpu_model
 
 TARGETS = {
     "demo_wall_s": 600.0,          # fresh clone: make install + make demo, at most 10 minutes
@@ -246,13 +248,6 @@ def _timed(cmd: list[str], cwd: Path, log: Path, monitor: Monitor | None = None)
     return time.perf_counter() - start, rc
 
 
-def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=1) + "\n")
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthaudit.bench.loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", default=".", help="repository to clone (its committed HEAD)")
@@ -279,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     cores = os.cpu_count()
     report: dict = {"when": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit,
                     "uncommitted_changes_not_measured": bool(dirty), "clone": str(clone),
-                    "machine": {"cpu": _cpu_model(), "cores": cores, "python": platform.python_version(),
+                    "machine": {"cpu": cpu_model(), "cores": cores, "python": platform.python_version(),
                                 "load_average_before": os.getloadavg()},
                     "targets": dict(TARGETS, max_threads=cores), "figures": {}, "met": {}}
     figures, met = report["figures"], report["met"]
@@ -292,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     figures["install_s"] = round(install_s, 1)
     if rc:
         figures["install_error"] = f"make install exited {rc}"
-        _write_json(out, report)
+        write_json(out, report)
         return 1
     failed = False
     if not args.skip_demo:
@@ -317,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         met["max_threads"] = figures["max_declared_threads"] <= cores
         failed |= rc != 0
         say(f"make demo {demo_s:.0f} s (exit {rc}); master {master_cpu:.0f} CPU-s")
-        _write_json(out, report)
+        write_json(out, report)
     if not args.skip_test:
         say("make test")
         test_s, rc = _timed(["make", "test"], clone, out.with_name("loop_test.log"))
@@ -329,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         failed |= rc != 0
         say(f"make test {test_s:.0f} s (exit {rc}): {figures['test_summary']}")
     report["machine"]["load_average_after"] = os.getloadavg()
-    _write_json(out, report)
+    write_json(out, report)
     say(f"written: {out}")
     for key, ok in met.items():
         print(f"  {key:18s} {'met' if ok else 'MISSED'}")
@@ -342,16 +337,6 @@ def _quantiles(samples: list[int], cores: int | None) -> dict:
     s = sorted(samples)
     return {"samples": len(s), "mean": round(sum(s) / len(s), 2), "p95": s[int(0.95 * (len(s) - 1))],
             "max": s[-1], "share_above_cores": round(sum(v > (cores or 1) for v in s) / len(s), 4)}
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 if __name__ == "__main__":
