@@ -261,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     repo, out = Path(args.repo).resolve(), Path(args.out).resolve()
+    out.parent.mkdir(parents=True, exist_ok=True)  # the logs go beside the figures from the start
     work = Path(args.workdir).resolve()
     clone = work / repo.name
     shutil.rmtree(work, ignore_errors=True)
