@@ -26,9 +26,11 @@ SSIM 76 min for the NCCT use case). The design follows from that:
   denominator can be as small as C2, so a relative error d in either term costs
   about ``d mu^2 / (var + C2)`` in SSIM. Three measures keep d at float32 rounding
   noise, with no bias: (1) covariance does not change when a volume is shifted by
-  a constant, so each volume is shifted by its own median: in the flat background
-  that dominates medical images the shifted values are exactly zero, and the median
-  minimises the mean ``|x - c|`` that scales rounding elsewhere; (2) the float32
+  a constant, so each volume is shifted by the value of its flat background when it
+  has one (a value held by at least 5 % of its voxels), which makes that region exactly
+  zero (its rounding would otherwise be alike at every voxel and not average out), and
+  by its median otherwise, which minimises the mean ``|x - c|`` that scales rounding
+  (``_shift_of``); (2) the float32
   and float64 filters use bitwise the same (float32-rounded) weights and the per-
   volume maps are derived from exactly the float32 shifted values the product uses,
   so the two terms cancel exactly up to rounding; (3) no rounded constant multiplies
@@ -79,9 +81,13 @@ _CPU_BATCH_VOXELS = 1 << 21
 # three filter passes, three SSIM terms, differences and squares, with margin for the
 # product's halo rows): the basis of the default batch size.
 _WORK_MAPS = 10
-# Voxels sampled to estimate a volume's median shift; any constant is exact, the median
+# Voxels sampled to choose a volume's shift (_shift_of); any constant is exact, the choice
 # only has to be typical, so a strided sample suffices.
 _MEDIAN_SAMPLES = 1 << 18
+# A value held by at least this share of a smaller strided sample is a flat region
+# (background): the shift is that value instead of the median (_shift_of).
+_FLAT_SAMPLES = 1 << 14
+_FLAT_SHARE = 0.05
 # Training volumes per block of the CPU kernels (each synthetic voxel is read once per
 # block): MAE/RMSE blocks hold float32 volumes, SSIM blocks five maps per volume.
 _CPU_ERROR_BLOCK = 16
@@ -556,7 +562,7 @@ class _Moments:
     see :class:`_SSIM` for the notation.
 
     Attributes:
-        shifted: ``x - c`` with ``c`` the volume's median (full size): the factor of
+        shifted: ``x - c`` with ``c`` the volume's shift (``_shift_of``; full size): the factor of
             the per-pair product, small where float32 would otherwise lose precision.
         cross: ``G'(x - c) / sqrt(g)``; ``cross_x * cross_y`` is what the filtered
             product loses to the means in the covariance.
@@ -579,6 +585,26 @@ class _Moments:
         return [getattr(self, f.name).numpy() for f in fields(self)]
 
 
+def _shift_of(volume: torch.Tensor) -> torch.Tensor:
+    """The constant a volume is shifted by before SSIM's products (any constant is exact).
+
+    The value of the volume's largest flat region when there is one (a value held by at
+    least ``_FLAT_SHARE`` of a strided sample, e.g. the background), so that region is
+    exactly zero after the shift and adds no rounding to ``G'(x~ y~) - cross_x cross_y``,
+    where rounding does not average out (every voxel of a flat region rounds alike);
+    otherwise the median, which minimises the mean ``|x - c|`` that scales rounding.
+    The median alone missed skimage by 1.9e-5 on a 182 x 218 x 182 pair whose zero
+    background was 28 % of the volume (the median then falls in the foreground).
+    """
+    flat = volume.reshape(-1)
+    coarse = flat[:: max(1, flat.numel() // _FLAT_SAMPLES)]  # a share needs few samples; unique sorts
+    values, counts = torch.unique(coarse, return_counts=True)
+    top = int(torch.argmax(counts))
+    if int(counts[top]) >= _FLAT_SHARE * coarse.numel():
+        return values[top]
+    return flat[:: max(1, flat.numel() // _MEDIAN_SAMPLES)].median()
+
+
 class _SSIM:
     """skimage's Gaussian-weighted mean SSIM, split into per-volume and per-pair work.
 
@@ -588,7 +614,7 @@ class _SSIM:
     Gaussian window. Only ``cov_xy`` needs both volumes' voxels.
 
     With ``G'`` the filter with float32 weights, ``g`` its total weight and ``c`` a
-    volume's median shift, ``cov_xy = (G'((x - c_x)(y - c_y)) - cross_x cross_y) / g``
+    volume's shift (``_shift_of``), ``cov_xy = (G'((x - c_x)(y - c_y)) - cross_x cross_y) / g``
     with ``cross = G'(x - c) / sqrt(g)``. The per-pair work is
     ``A2 / k = G'(x~ y~) - cross_x cross_y + C2 / k`` with ``k = 2 cn / g``; the factor
     ``k`` moves into the per-volume ``beta`` (B2 / k = beta_x + beta_y). So the two
@@ -625,16 +651,14 @@ class _SSIM:
         if self.device.type == "cpu" and self.use_kernels:
             weights = self.filter.weights
             for i, volume in enumerate(volumes):
-                flat = volume.reshape(-1)
-                shift = flat[:: max(1, flat.numel() // _MEDIAN_SAMPLES)].median()
+                shift = _shift_of(volume)
                 torch.sub(volume, shift, out=out.shifted[i])
                 maps = [getattr(out, name)[i].numpy() for name in ("cross", "mean", "alpha", "beta")]
                 kernels.ssim_moments(out.shifted[i].numpy(), float(shift), weights, gain, self.c1, self.c2,
                                      self.cov_norm, self.k, *maps)
             return out
         for i, volume in enumerate(volumes):
-            flat = volume.reshape(-1)
-            shift = flat[:: max(1, flat.numel() // _MEDIAN_SAMPLES)].median()
+            shift = _shift_of(volume)
             # The float32 shifted volume is what the per-pair product sees; deriving all
             # maps from exactly these values keeps the cancellation in A2 exact (the
             # maps then describe ``shifted + c``, within float32 rounding of the volume).

@@ -281,7 +281,7 @@ def _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta,
     ((alpha_x + alpha_y) (beta_x + beta_y))`` (notation of ``image_measures._SSIM``).
 
     Args:
-        x_shifted: (S, X, Y, Z) float32 median-shifted synthetic volumes.
+        x_shifted: (S, X, Y, Z) float32 shifted synthetic volumes (image_measures._shift_of).
         x_cross, x_mean, x_alpha, x_beta: (S, X-2r, Y-2r, Z-2r) float32 per-volume maps.
         y_*: the same for a block of training volumes (leading axis T).
         weights: (2r+1,) float32 Gaussian taps.
@@ -340,7 +340,7 @@ def _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta,
 
 @njit(parallel=True, fastmath=False, cache=True, nogil=True)
 def ssim_moments(shifted, shift, weights, gain, c1, c2, cov_norm, k, cross, mean, alpha, beta):  # pragma: no cover
-    """Per-volume SSIM maps of one median-shifted float32 volume, filtered in float64.
+    """Per-volume SSIM maps of one shifted float32 volume (image_measures._shift_of), filtered in float64.
 
     The same maps as ``image_measures._SSIM.moments`` (which runs three dense banded
     matrix products per map, ~20x the arithmetic of the 11 taps): ``cross =
