@@ -43,9 +43,9 @@ SSIM 76 min for the NCCT use case). The design follows from that:
 
 Two engines share this design. On CPU (the default there) fused numba kernels
 (``kernels``) run the filter as 11-tap passes and the MAE/RMSE/SSIM terms in one loop;
-measured at 182 x 218 x 182 on 2 cores: MAE ~0.5 ms, SSIM 14.9 ms per pair with the
-per-volume maps (50 x 774 pairs in 584 s, 2.75x this machine's memory-bound floor;
-``make bench``, README "Benchmark"). The torch path below (CUDA, or ``backend="torch"``)
+measured at 182 x 218 x 182 on 2 cores: MAE ~0.5 ms, SSIM 14.9-16.1 ms per pair with the
+per-volume maps (50 x 774 pairs in 584-632 s, about 2.7x this machine's memory-bound
+floor; ``make bench``, README "Benchmark"). The torch path below (CUDA, or ``backend="torch"``)
 runs the filter as banded matrix products, which suit a GPU: dense bands do ~10x the
 flops of an 11-tap filter, and elementwise passes are separate kernels.
 """
