@@ -28,11 +28,6 @@ import threading
 _MARK = "_synthaudit_single_timer"
 
 
-def started_timers(scheduler) -> int:
-    """How many re-evaluation timers this scheduler has started (with the fix on)."""
-    return getattr(scheduler, "_synthaudit_timers_started", 0)
-
-
 def keep_one_reevaluation_timer() -> str:
     """Patch ``JobScheduler._schedule_reevalutation`` once; returns what was done, for the log."""
     try:
@@ -61,7 +56,6 @@ def keep_one_reevaluation_timer() -> str:
             timer = threading.Timer(delay, wake)
             timer.daemon = True
             self._synthaudit_timer = timer
-            self._synthaudit_timers_started = started_timers(self) + 1
             timer.start()
 
     setattr(_schedule_reevalutation, _MARK, True)

@@ -25,11 +25,16 @@ import time
 
 TAPS = 11          # skimage's window: sigma 1.5, truncate 3.5
 TERM_FLOPS = 12    # per interior voxel: a1, a2, the denominator, the ratio and the sum
-BLOCK = 4          # training volumes per kernel block (image_measures._CPU_SSIM_BLOCK)
 
 
-def ssim_pair_cost(shape: tuple[int, int, int], taps: int = TAPS, block: int = BLOCK) -> dict:
-    """Flops and memory bytes of one (synthetic, training) pair in the CPU kernel's schedule."""
+def ssim_pair_cost(shape: tuple[int, int, int], taps: int = TAPS, block: int | None = None) -> dict:
+    """Flops and memory bytes of one (synthetic, training) pair in the CPU kernel's schedule.
+
+    ``block``: training volumes per kernel block; default the engine's own
+    (``image_measures._CPU_SSIM_BLOCK``), so the count follows the engine.
+    """
+    if block is None:
+        from ..relict.image_measures import _CPU_SSIM_BLOCK as block
     nx, ny, nz = shape
     r = taps - 1
     ox, oy, oz = nx - r, ny - r, nz - r

@@ -198,7 +198,11 @@ def _is_tool(p) -> bool:
 def _runnable_threads(pid: int) -> int:
     """Threads of a process in state R (running or ready to run)."""
     count = 0
-    for task in Path(f"/proc/{pid}/task").iterdir():
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:  # the process has just exited: a crash here would end the sampling
+        return 0
+    for task in tasks:
         try:
             stat = (task / "stat").read_text()
         except OSError:
