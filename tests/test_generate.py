@@ -177,12 +177,27 @@ def test_autoencoder_checkpoint_of_another_configuration_is_refused(autoencoder,
     with pytest.raises(ValueError, match=r"copy\.ckpt was written by a different configuration: channels "
                                          r"\[8, 16\] != \[16, 32\].*delete it"):
         ldm.train_autoencoder(volumes, {**AE_CFG, "channels": [16, 32]}, seed=11, checkpoint=checkpoint)
-    with pytest.raises(ValueError, match="data_sha256"):
-        ldm.train_autoencoder(volumes[:5], AE_CFG, seed=11, checkpoint=checkpoint)
     with pytest.raises(ValueError, match="seed 11 != 12"):
         ldm.train_autoencoder(volumes, AE_CFG, seed=12, checkpoint=checkpoint)
     with pytest.raises(ValueError, match="4 epochs, more than the 3"):
         ldm.train_autoencoder(volumes, {**AE_CFG, "epochs": 3}, seed=11, checkpoint=checkpoint)
+
+
+def test_autoencoder_checkpoint_of_other_data_starts_afresh(autoencoder, volumes, tmp_path, caplog):
+    # the checkpoint's name hashes the settings only: new training data (preprocessing changed) reuse
+    # the name, and the old run, useless to resume, is replaced from epoch 1 instead of stopping the workflow
+    checkpoint = tmp_path / "copy.ckpt"
+    shutil.copy(autoencoder[2], checkpoint)
+    calls = []
+    with caplog.at_level("WARNING"):
+        _, history = ldm.train_autoencoder(volumes[:5], AE_CFG, seed=11, checkpoint=checkpoint, device="cpu",
+                                           progress=lambda d, t: calls.append((d, t)))
+    assert calls == [(1, 4), (2, 4), (3, 4), (4, 4)] and len(history) == 4
+    assert "trained on other data" in caplog.text
+    again = []
+    ldm.train_autoencoder(volumes[:5], AE_CFG, seed=11, checkpoint=checkpoint, device="cpu",
+                          progress=lambda d, t: again.append((d, t)))
+    assert again == []  # the replaced checkpoint is the new data's: nothing left to train
     checkpoint.write_text("not a checkpoint")
     with pytest.raises(ValueError, match="copy.ckpt is unreadable"):
         ldm.train_autoencoder(volumes, AE_CFG, seed=11, checkpoint=checkpoint)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import time
@@ -56,6 +57,8 @@ from monai.networks.schedulers import DDIMScheduler, DDPMScheduler
 from ..devices import resolve_device
 from ..io import atomic_path
 from ..training import deterministic, save_checkpoint
+
+_LOG = logging.getLogger(__name__)
 
 ProgressFn = Callable[[int, int | None], None]
 
@@ -392,6 +395,9 @@ def _fit(model, run_config, c, *, seed, checkpoint, resume, device, progress, ru
     return history
 
 
+_FROM_DATA = {"data_sha256", "scale"}  # run_config keys measured on the training data, not set by the user
+
+
 def _resume(path: Path, config: dict, epochs: int, model, optimiser, device) -> list[dict]:
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
@@ -400,6 +406,14 @@ def _resume(path: Path, config: dict, epochs: int, model, optimiser, device) -> 
         raise ValueError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e}); delete it to start over") from e
     if saved_config != config:
         differing = sorted(k for k in config.keys() | saved_config.keys() if config.get(k) != saved_config.get(k))
+        if "data_sha256" in differing and set(differing) <= _FROM_DATA:
+            # The checkpoint's name hashes the settings, which are known before any volume exists;
+            # the data (and the latent scale measured on them) are not. New training data (e.g.
+            # preprocessing changed) make the old run useless to resume, so it starts afresh
+            # and its first epoch replaces the file.
+            _LOG.warning("checkpoint %s was trained on other data (data_sha256 %s != %s): starting afresh",
+                         path, _show(saved_config, "data_sha256"), _show(config, "data_sha256"))
+            return []
         details = "; ".join(f"{k} {_show(saved_config, k)} != {_show(config, k)}" for k in differing)
         raise ValueError(f"checkpoint {path} was written by a different configuration: {details} "
                          "(checkpoint != requested); delete it to start over")
