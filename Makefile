@@ -52,6 +52,7 @@ report: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m synthaudit.bench --scale ncct tof
 	$(BIN)/python -m synthaudit.bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
+	$(BIN)/python -m synthaudit.bench.alignment --scale ncct --out results/bench/alignment_ncct.json
 	$(BIN)/python -m synthaudit.bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
 
 bench-quick: $(STAMP)

@@ -262,3 +262,19 @@ def test_alignment_table_rows_and_columns():
     assert (second["training_id"], second["candidate_rank"], second["rotation_axis"], second["angle_deg"]) == \
         ("t1", 2, 1, -7.5)
     assert second["transform"] == "rot1=-7.5deg" and second["mae_plain"] == 0.5
+
+
+def test_mirrored_copy_on_an_odd_grid_is_a_candidate_and_aligned_without_rotation():
+    # The demo's 61-voxel axis in 2-blocks: the block grid is not symmetric, so mirroring block
+    # means is half a block off the block means of the mirrored volume. Before the fix the
+    # mirrored copy ranked behind other heads (or came with a spurious rotation) and was missed.
+    shape = (31, 34, 29)
+    training = [head(s, shape) for s in range(20, 26)]
+    for src in (1, 4):
+        syn = np.flip(training[src], 0).copy() + np.random.default_rng(src).normal(0, 0.005, shape).astype(np.float32)
+        refs = {"syn": (syn, np.diag([*SP, 1.0]))} | {f"t{j}": (t, np.diag([*SP, 1.0])) for j, t in enumerate(training)}
+        cand, hyps, sp = al.preselect_volumes(["syn"], [f"t{j}" for j in range(6)], refs.__getitem__, SPACE, 2, 2)
+        assert cand[0][0] == src  # the mirrored copy's source is the best candidate
+        pairs = al.align_pair_set(syn, [training[j] for j in cand[0]], SPACE, sp, hyps[0])
+        assert pairs[0].transform.flips == (0,) and pairs[0].transform.angle_deg == 0
+        assert pairs[0].rmse < 0.01

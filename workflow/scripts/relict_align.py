@@ -1,7 +1,9 @@
 """Snakemake adapter: alignment-aware image measures (relict.alignment) for one dataset.
 
 Candidates for every synthetic volume from a group search on block means (all pairs,
-training volumes streamed), then the full-resolution search on those K pairs only;
+training volumes streamed; one matrix product per synthetic volume and group element, with
+exact early rejection), then the full-resolution search on those K pairs only (coarse-to-fine
+from block means of about ``coarse_mm``, or every shift at full resolution);
 each aligned measure's matrix is the plain one with the candidate pairs replaced by
 their aligned value when lower. The per-pair transforms go to alignment.tsv.
 """
@@ -47,8 +49,11 @@ with logged(snakemake.log[0]) as log:
         t_pre = time.perf_counter() - start
         log.info("pre-selection: %d x %d pairs, %d group elements, %.1f s; %d candidates each", n_syn, n_train,
                  len(space.flips()) * len(space.rotations()), t_pre, k)
+        factor = al.refine_factor(cfg.get("coarse_mm"), spacing)
+        log.info("full-resolution search: %s", f"coarse-to-fine from {factor}x block means" if factor > 1
+                 else "every shift at full resolution")
         pairs = al.align_candidates(snakemake.input.synthetic, snakemake.input.training, loaded, candidates,
-                                    hypotheses, space, spacing, workers=snakemake.threads,
+                                    hypotheses, space, spacing, workers=snakemake.threads, factor=factor,
                                     progress=Progress(log, "full-resolution alignment: synthetic volumes", n_syn))
     seconds = time.perf_counter() - start
     n_pairs = int(sum(len(r) for r in pairs))

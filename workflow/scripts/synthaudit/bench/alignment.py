@@ -8,6 +8,9 @@ copies (flip + rotation + shift, and a shift alone) of two of them. The search s
 K come from params.yaml (``relict.alignment``), as in the workflow.
 
     python -m synthaudit.bench.alignment --spacing 1 --out results/bench/alignment.json
+
+``--scale ncct``: the whole aligned ratio at RELICT's scale instead (n = 50 on the cached
+NCCT bench cohort, timed against 1200 s; :mod:`synthaudit.bench.alignment_scale`).
 """
 
 from __future__ import annotations
@@ -80,8 +83,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--synthetic", type=int, default=2, help="synthetic volumes aligned (default: %(default)s)")
     parser.add_argument("--params", default="params.yaml", help="relict.alignment comes from here")
     parser.add_argument("--out", default="results/bench/alignment.json")
+    parser.add_argument("--scale", choices=["pair", "ncct"], default="pair",
+                        help="pair: cost per candidate pair (default); ncct: the aligned ratio at RELICT's scale")
+    parser.add_argument("--n", type=int, default=50, help="ncct: the ratio's n closest (default: %(default)s)")
+    parser.add_argument("--candidates", type=int, default=None, help="ncct: K (default: params.yaml's)")
+    parser.add_argument("--per-kind", type=int, default=3,
+                        help="ncct: augmented replicas per kind (default: %(default)s)")
+    parser.add_argument("--exact-subset", type=int, default=5,
+                        help="ncct: synthetic volumes with all n nearest aligned, the exact reference "
+                             "(default: %(default)s)")
+    parser.add_argument("--reference-pairs", type=int, default=10,
+                        help="ncct: candidate pairs also aligned by the full-resolution reference "
+                             "(default: %(default)s)")
+    parser.add_argument("--preselect-downsample", type=int, default=None,
+                        help="ncct: block-mean factor of the pre-selection (default: 4 mm blocks)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--target-s", type=float, default=1200.0, help="ncct: wall-time target (default: %(default)s)")
     args = parser.parse_args(argv)
-    result = run(args.spacing, args.synthetic, args.params)
+    if args.scale == "ncct":
+        from synthaudit.bench.alignment_scale import run_ncct
+
+        kw = {} if args.candidates is None else {"k": args.candidates}
+        if args.preselect_downsample is not None:
+            kw["preselect_factor"] = args.preselect_downsample
+        result = run_ncct(args.params, n=args.n, n_per_kind=args.per_kind, exact_subset=args.exact_subset,
+                          reference_pairs=args.reference_pairs, threads=args.threads, device=args.device,
+                          target_s=args.target_s, **kw)
+    else:
+        result = run(args.spacing, args.synthetic, args.params)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")

@@ -1,0 +1,176 @@
+"""The fast alignment paths against their reference definitions, and the scale bench's plumbing."""
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from synthaudit.relict import alignment as al
+from synthaudit.relict.ratio import distance_ratio
+
+from test_alignment import SP, SPACE, head, rmse
+
+
+def test_shift_stack_rows_and_energies_equal_integer_shifts():
+    a = head(1, (12, 10, 9))
+    m = (2, 1, 2)
+    rows, energy = al._shift_stack(a, m), al._shift_energies(a, m)
+    r = 0
+    for i in range(2 * m[0] + 1):
+        for j in range(2 * m[1] + 1):
+            for k in range(2 * m[2] + 1):
+                moved = al._integer_shift(a, (m[0] - i, m[1] - j, m[2] - k)).ravel()
+                assert np.array_equal(rows[r], moved)
+                assert energy[r] == pytest.approx(np.sum(moved.astype(np.float64) ** 2), rel=1e-12)
+                r += 1
+    assert np.array_equal(rows[al._identity_row(m)], a.ravel())
+
+
+def test_gemm_preselection_equals_the_fft_reference():
+    training = [head(s) for s in range(10, 20)]
+    syn = [al._integer_shift(np.flip(training[5], 0).copy(), (1, 0, -2)),
+           al.rotate(training[2], 1, 6.0, SP) + np.float32(0.01), head(40),
+           al._integer_shift(training[7], (-2, 2, 0))]
+    small_t, small_s = [al.block_mean(v, 2) for v in training], [al.block_mean(v, 2) for v in syn]
+    ref_c, ref_h = al.preselect(small_s, small_t, SPACE, [4.0] * 3, k=5, factor=1)
+    cand, hyp, coarse = al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=5, threads=1, prune=False)
+    np.testing.assert_array_equal(cand, ref_c)
+    assert hyp == ref_h
+    for k in (1, 2, 3):  # early rejection is exact: the same k candidates and hypotheses
+        ref_k = al.preselect(small_s, small_t, SPACE, [4.0] * 3, k=k, factor=1)
+        pruned = al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=k, threads=1, prune=True)
+        np.testing.assert_array_equal(pruned[0], ref_k[0])
+        assert pruned[1] == ref_k[1]
+    assert cand[0, 0] == 5 and cand[1, 0] == 2 and cand[3, 0] == 7
+    # the coarse errors: plain = identity at zero shift, aligned = the best (never above plain)
+    for i, s in enumerate(small_s):
+        for j, t in enumerate(small_t):
+            assert coarse.plain[i, j] == pytest.approx(np.mean((s.astype(np.float64) - t) ** 2), rel=1e-4)
+    assert np.all(coarse.aligned <= coarse.plain * (1 + 1e-6))
+
+
+def test_local_shift_equals_brute_force_and_descends_to_the_optimum():
+    a, t = head(1, (14, 12, 11)), head(2, (14, 12, 11))
+    loc = al.LocalShift(a.shape, (3, 2, 3))
+    mv, fx = loc.moving(a), loc.fixed(t)
+    for d in [(0, 0, 0), (3, -2, 1), (-3, 2, -3), (1, 1, 1), (-1, 0, 2)]:
+        brute = float(np.sum((al._integer_shift(a, d).astype(np.float64) - t) ** 2))
+        assert loc.ssd(mv, fx, d) == pytest.approx(brute, rel=1e-5)
+    src = head(3, (20, 22, 18))
+    moved = al._integer_shift(src, (2, -3, 1))
+    loc = al.LocalShift(src.shape, (4, 4, 4))
+    shift, value = loc.descend(loc.moving(moved), loc.fixed(src), (0, 0, 0), subvoxel=False)
+    assert shift == (-2.0, 3.0, -1.0)
+
+
+def test_coarse_to_fine_finds_the_reference_transform_of_a_replica():
+    sp = (1.0, 1.0, 1.0)
+    src, other = head(3, (64, 72, 60)), head(4, (64, 72, 60))
+    syn = al.rotate(np.flip(src, 0).copy(), 2, 7.0, sp)
+    syn = al._integer_shift(syn, (3, -2, 1)) + np.random.default_rng(0).normal(0, 0.01, src.shape).astype(np.float32)
+    ref = al.align_pair_set(syn, [src, other], SPACE, sp)
+    fast = al.align_pair_set_coarse_to_fine(syn, [src, other], SPACE, sp, factor=2)
+    assert fast[0].transform.describe(sp) == ref[0].transform.describe(sp)
+    assert fast[0].rmse == pytest.approx(ref[0].rmse, rel=1e-3)
+    assert fast[0].rmse < 0.5 * fast[1].rmse and fast[0].rmse < 0.3 * rmse(syn, src)
+    direct = al.apply(syn, fast[0].transform, sp)
+    assert fast[0].rmse == pytest.approx(rmse(direct, src), rel=1e-5)  # the reported value is the transform's
+    # factor 1 is the reference itself; the identity search stays plain RELICT
+    one = al.align_pair_set_coarse_to_fine(syn, [src], SPACE, sp, factor=1)
+    assert (one[0].mae, one[0].rmse) == (ref[0].mae, ref[0].rmse)
+    (ident,) = al.align_pair_set_coarse_to_fine(syn, [src], al.SearchSpace(), sp, factor=2)
+    diff = syn.astype(np.float64) - src
+    assert ident.rmse == pytest.approx(np.sqrt(np.mean(diff ** 2)), rel=1e-6)  # float32 difference, float64 sums
+
+
+def test_refine_factor_from_mm():
+    assert al.refine_factor(2.0, [1.0] * 3) == 2 and al.refine_factor(2.0, [2.0] * 3) == 1
+    assert al.refine_factor(None, [1.0] * 3) == 1 and al.refine_factor(4.0, [1.0, 1.0, 2.0]) == 2
+
+
+def test_estimated_rmse_keeps_candidates_and_stays_below_plain():
+    plain = np.array([[1.0, 2.0, 3.0]])
+    coarse = al.CoarseErrors(plain=np.array([[0.5, 2.0, 1.0]]), aligned=np.array([[0.1, 0.5, 1.2]]))
+    aligned = np.array([[0.4, 2.0, 3.0]])
+    est = al.estimated_rmse(plain, coarse, np.array([[0]]), aligned)
+    assert est[0, 0] == 0.4 and est[0, 1] == pytest.approx(np.sqrt(4.0 - 1.5)) and est[0, 2] == 3.0
+
+
+def test_bound_ratio_is_never_above_the_exact_one_with_an_exact_numerator():
+    rng = np.random.default_rng(3)
+    exact = rng.random((6, 30)) + 0.5
+    upper = exact + rng.random((6, 30)) * 0.3  # non-candidates keep a value >= their aligned one
+    cand = np.argsort(exact, axis=1)[:, :5]
+    rows = np.arange(6)[:, None]
+    upper[rows, cand] = exact[rows, cand]
+    assert np.all(distance_ratio(upper, 20).ratio <= distance_ratio(exact, 20).ratio + 1e-15)
+
+
+def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
+    from synthaudit.bench.alignment_scale import run_scale
+
+    shape = (32, 36, 30)
+    training = np.stack([np.rint(head(s, shape) * 100) for s in range(50, 64)]).astype(np.int16)
+    rng = np.random.default_rng(0)
+    synthetic = np.stack([np.rint(head(s, shape) * 100) for s in range(80, 88)]).astype(np.int16)
+    synthetic[0] = np.clip(training[3] + rng.normal(0, 1, shape), 0, 100).astype(np.int16)
+    replica_of = [3] + [-1] * 7
+    space = al.SearchSpace(flip_axes=(0,), max_shift_mm=8.0, subvoxel=True, rotation_deg=(-10.0, -5.0, 5.0, 10.0),
+                           rotation_axes=(0, 1, 2))
+    out = run_scale(synthetic, training, replica_of, 2.0, 100.0, space, k=3, n=6, preselect_factor=2,
+                    coarse_factor=2, n_per_kind=1, exact_subset=4, reference_pairs=2, threads=1, target_s=60.0,
+                    log=lambda m: None)
+    json.dumps(out)  # serialisable
+    assert set(out["seconds"]) >= {"preselect_s", "align_s", "total_s"}
+    assert len(out["preselect_training_left_after_bounds_mean"]) == 2  # the 4- and 2-block bounds
+    kinds = [r["kind"] for r in out["detection"]["replicas"]]
+    assert kinds == ["flip", "shift", "rotate"]
+    for r in out["detection"]["replicas"]:
+        assert r["rmse_aligned"]["closest_is_source"], r
+    err = out["ratio_error_vs_exact"]["rmse_aligned"]
+    assert len(err["synthetic"]) == 4 and err["never_above_exact"] and err["numerator_exact"]
+    assert "rmse_aligned_estimate" in out["ratio_error_vs_exact"]
+    assert len(out["coarse_to_fine_vs_full_resolution"]["pairs"]) >= 1
+
+
+@pytest.mark.parametrize("q", [2, 3, 4])
+def test_pooled_shift_stack_equals_block_means_of_shifted_volumes(q):
+    a = head(9, (13, 11, 10))
+    m = (2, 1, 3)
+    rows = al._pooled_shift_stack(a, m, q)
+    want = {tuple(al.block_mean(al._integer_shift(a, d), q).ravel().round(5))
+            for d in itertools.product(*[range(-x, x + 1) for x in m])}
+    got = {tuple(r.round(5)) for r in rows}
+    assert len(rows) == 5 * 3 * 7 and got == want
+
+
+def test_linear_shift_equals_scipy_constant_mode_borders_included():
+    from scipy import ndimage
+
+    v = np.random.default_rng(0).random((20, 17, 15)).astype(np.float32) + 1  # no zero border
+    for s in [(0.3, -0.2, 0.1), (1.7, -2.5, 0.0), (-0.5, 0.5, 3.25), (0.999, -0.001, 0.0)]:
+        want = ndimage.shift(v, s, order=1, mode="constant", cval=0.0)
+        np.testing.assert_allclose(al._linear_shift(v, s), want, atol=1e-6)
+
+
+def test_candidate_alignment_from_files_coarse_to_fine_equals_the_direct_calls():
+    shape = (24, 26, 22)
+    training = [head(s, shape) for s in range(60, 65)]
+    syn = [al._integer_shift(np.flip(training[1], 0).copy(), (2, 0, -1)), training[3] + np.float32(0.01)]
+    affine = np.diag([1.0, 1.0, 1.0, 1.0])
+
+    def load(ref):
+        kind, i = ref
+        return (syn if kind == "s" else training)[i].copy(), affine
+
+    space = al.SearchSpace(flip_axes=(0,), max_shift_mm=4.0, subvoxel=True)
+    refs_s, refs_t = [("s", i) for i in range(2)], [("t", j) for j in range(5)]
+    cand, hyp, spacing = al.preselect_volumes(refs_s, refs_t, load, space, 2, 2)
+    assert cand[:, 0].tolist() == [1, 3]
+    pairs = al.align_candidates(refs_s, refs_t, load, cand, hyp, space, spacing, factor=2)
+    for i in range(2):
+        direct = al.align_pair_set_coarse_to_fine(syn[i], [training[j] for j in cand[i]], space, spacing, hyp[i],
+                                                  factor=2)
+        assert [(p.mae, p.rmse) for p in pairs[i]] == [(p.mae, p.rmse) for p in direct]
+    assert pairs[0][0].transform.flips == (0,) and pairs[0][0].rmse < 0.3 * rmse(syn[0], training[1])
