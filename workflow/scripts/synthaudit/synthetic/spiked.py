@@ -76,7 +76,7 @@ def augment(volume: np.ndarray, label: np.ndarray | None, affine: np.ndarray, au
     torchvision's default padding); the label map follows with nearest-neighbour
     interpolation. Returns the volume, the label and a description of what was done.
     """
-    from ..relict.alignment import rotate  # the alignment search's own rotation convention
+    from ..relict.geometry import rotate  # the alignment search's own rotation convention
 
     spacing = spacing_from_affine(affine)
     lab = None if label is None else label
