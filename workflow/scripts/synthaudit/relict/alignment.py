@@ -412,22 +412,22 @@ def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, cand
     return pairs
 
 
-def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
-                   spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None = None,
-                   workers: int = 1) -> list[PairResult]:
-    """Align one synthetic volume to each target at full resolution; MAE and RMSE of each aligned pair.
+def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: SearchSpace,
+                  spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None,
+                  refine_angle: bool = True) -> tuple[list[tuple[float, Transform]], Callable]:
+    """The group search shared by :func:`align_pair_set` (full resolution) and
+    :func:`_coarse_search` (block means): per target the lowest squared error over its
+    hypotheses and every shift, then the local angle refinement about the best angle.
 
-    ``hypotheses[j]``: the (flips, axis, angle) to try for target j (from :func:`preselect`);
-    None tries the whole group for every target. Every shift in range is tried for each,
-    then the best angle is refined locally and the shift to sub-voxel precision.
+    Returns:
+        ``(best, moved)``: per target (squared error, transform), and ``moved(flips, axis,
+        angle)`` -> the moved volume and its FFTs (each transform computed once).
     """
-    s = np.asarray(s, np.float32)
-    search = ShiftSearch(s.shape, _shift_vox(space, spacing_mm), workers)
-    fixed = [search.fixed(t) for t in targets]
-    best: list[tuple[float, Transform]] = [(math.inf, Transform()) for _ in targets]
+    n_targets = len(fixed)
+    best: list[tuple[float, Transform]] = [(math.inf, Transform()) for _ in fixed]
     if hypotheses is None:
         group = [(f, ax, an) for f in space.flips() for ax, an in space.rotations()]
-        hypotheses = [group] * len(targets)
+        hypotheses = [group] * n_targets
     # The unrotated element of every flip subset is always tried: block means of a grid whose
     # size is odd cannot be mirrored exactly (the block grid is half a block off its mirror
     # image), so the pre-selection may rank a mirrored copy's flip with a spurious rotation
@@ -461,9 +461,9 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
     for (flips, axis, angle), only in todo.items():
         consider(flips, axis, angle, only)
     step = space.refine_step()
-    if step > 0:  # local refinement about each pair's best coarse angle, shared where pairs agree
+    if step > 0 and refine_angle:  # local refinement about each pair's best angle, shared where pairs agree
         refine: dict[Hypothesis, list[int]] = {}
-        for j in range(len(targets)):
+        for j in range(n_targets):
             t0 = best[j][1]
             for axis in ([t0.rotation_axis] if t0.rotation_axis >= 0 else sorted(set(space.rotation_axes))):
                 for angle in (t0.angle_deg - step, t0.angle_deg + step):
@@ -471,6 +471,22 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
                         refine.setdefault((t0.flips, axis, angle), []).append(j)
         for (flips, axis, angle), only in refine.items():
             consider(flips, axis, angle, only)
+    return best, moved
+
+
+def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
+                   spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None = None,
+                   workers: int = 1) -> list[PairResult]:
+    """Align one synthetic volume to each target at full resolution; MAE and RMSE of each aligned pair.
+
+    ``hypotheses[j]``: the (flips, axis, angle) to try for target j (from :func:`preselect`);
+    None tries the whole group for every target. Every shift in range is tried for each,
+    then the best angle is refined locally and the shift to sub-voxel precision.
+    """
+    s = np.asarray(s, np.float32)
+    search = ShiftSearch(s.shape, _shift_vox(space, spacing_mm), workers)
+    fixed = [search.fixed(t) for t in targets]
+    best, moved = _group_search(s, fixed, search, space, spacing_mm, hypotheses)
     out = []
     for j, t in enumerate(targets):
         tr = best[j][1]
@@ -955,41 +971,7 @@ def _coarse_search(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
     small_t = [block_mean(t, factor) for t in targets]
     fixed = [search.fixed(t) for t in small_t]
     plain = np.array([float(np.sum((s_c.astype(np.float64) - t) ** 2)) for t in small_t])
-    best: list[tuple[float, Transform]] = [(math.inf, Transform()) for _ in targets]
-    if hypotheses is None:
-        group = [(f, ax, an) for f in space.flips() for ax, an in space.rotations()]
-        hypotheses = [group] * len(targets)
-    always = [(f, -1, 0.0) for f in space.flips()]
-    todo: dict[Hypothesis, list[int]] = {}
-    for j, hs in enumerate(hypotheses):
-        for h in dict.fromkeys([(tuple(h[0]), int(h[1]), float(h[2])) for h in list(hs) + always]):
-            todo.setdefault(h, []).append(j)
-    coarse_moved: dict[Hypothesis, tuple] = {}
-
-    def consider(flips, axis, angle, only):
-        key = (tuple(flips), axis, angle)
-        if key not in coarse_moved:
-            base = np.ascontiguousarray(np.flip(s_c, axis=flips) if flips else s_c)
-            coarse_moved[key] = search.moving(rotate(base, axis, angle, sp_c))
-        mov = coarse_moved[key]
-        for j in only:
-            shift, value = search.best(search.ssd(mov, fixed[j]), subvoxel=False)
-            if value < best[j][0] - 1e-9 * max(1.0, value):
-                best[j] = (value, Transform(flips=tuple(flips), rotation_axis=axis, angle_deg=angle, shift_vox=shift))
-
-    for (flips, axis, angle), only in todo.items():
-        consider(flips, axis, angle, only)
-    step = space.refine_step()
-    if step > 0 and refine_angle:
-        refine: dict[Hypothesis, list[int]] = {}
-        for j in range(len(targets)):
-            t0 = best[j][1]
-            for axis in ([t0.rotation_axis] if t0.rotation_axis >= 0 else sorted(set(space.rotation_axes))):
-                for angle in (t0.angle_deg - step, t0.angle_deg + step):
-                    if angle != 0:
-                        refine.setdefault((t0.flips, axis, angle), []).append(j)
-        for (flips, axis, angle), only in refine.items():
-            consider(flips, axis, angle, only)
+    best, _ = _group_search(s_c, fixed, search, space, sp_c, hypotheses, refine_angle)
     return best, plain
 
 
