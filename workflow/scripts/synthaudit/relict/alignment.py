@@ -474,6 +474,20 @@ def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: Se
     return best, moved
 
 
+def _aligned(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
+             spacing_mm: Sequence[float]) -> np.ndarray:
+    """The moved (flipped and rotated) synthetic volume ``vol`` shifted by ``tr.shift_vox`` and,
+    with ``intensity_affine``, mapped by the least-squares fit t ~ a x + b (stored in ``tr``)."""
+    aligned = apply(vol, Transform(shift_vox=tr.shift_vox), spacing_mm)
+    if space.intensity_affine:
+        x, y = aligned.ravel().astype(np.float64), t.ravel().astype(np.float64)
+        var = x.var()
+        tr.scale = float(((x - x.mean()) * (y - y.mean())).mean() / var) if var > 0 else 1.0
+        tr.offset = float(y.mean() - tr.scale * x.mean())
+        aligned = aligned * np.float32(tr.scale) + np.float32(tr.offset)
+    return aligned
+
+
 def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
                    spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None = None,
                    workers: int = 1) -> list[PairResult]:
@@ -493,14 +507,8 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
         vol, mov = moved(tr.flips, tr.rotation_axis, tr.angle_deg)
         if space.subvoxel and any(_shift_vox(space, spacing_mm)):
             tr.shift_vox, _ = search.best(search.ssd(mov, fixed[j]), subvoxel=True)
-        aligned = apply(vol, Transform(shift_vox=tr.shift_vox), spacing_mm)
         t = np.asarray(t, np.float32)
-        if space.intensity_affine:
-            x, y = aligned.ravel().astype(np.float64), t.ravel().astype(np.float64)
-            var = x.var()
-            tr.scale = float(((x - x.mean()) * (y - y.mean())).mean() / var) if var > 0 else 1.0
-            tr.offset = float(y.mean() - tr.scale * x.mean())
-            aligned = aligned * np.float32(tr.scale) + np.float32(tr.offset)
+        aligned = _aligned(vol, t, tr, space, spacing_mm)
         diff = aligned.astype(np.float64) - t
         out.append(PairResult(tr, float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean()))))
     return out
@@ -1043,13 +1051,7 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
         tr.flips, tr.rotation_axis, tr.angle_deg = key[0], key[1], key[2]
         tr.shift_vox = shift
         vol = moved(key)[0]
-        aligned = apply(vol, Transform(shift_vox=tr.shift_vox), spacing_mm)
-        if space.intensity_affine:
-            x, y = aligned.ravel().astype(np.float64), t.ravel().astype(np.float64)
-            var = x.var()
-            tr.scale = float(((x - x.mean()) * (y - y.mean())).mean() / var) if var > 0 else 1.0
-            tr.offset = float(y.mean() - tr.scale * x.mean())
-            aligned = aligned * np.float32(tr.scale) + np.float32(tr.offset)
+        aligned = _aligned(vol, t, tr, space, spacing_mm)
         out.append(PairResult(tr, *_pair_measures(aligned, t)))
     return out
 
