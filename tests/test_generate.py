@@ -5,6 +5,8 @@ so padding and cropping are exercised everywhere.
 """
 
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -322,3 +324,24 @@ def test_save_refuses_configs_that_do_not_describe_the_model(autoencoder, diffus
     with pytest.raises(ValueError, match="LatentAutoencoder or DiffusionModelUNet"):
         ldm.save_model(tmp_path / "x.pt", torch.nn.Linear(2, 2), {})
     assert not (tmp_path / "x.pt").exists()
+
+
+def test_deterministic_sets_and_restores_the_flag_without_importing_the_compiler():
+    """The training context enables deterministic algorithms (warn-only) and restores the
+    previous state, without torch.use_deterministic_algorithms' import of torch._inductor
+    (1.2 s of every training job); run in a fresh interpreter so no other test's imports count."""
+    code = (
+        "import sys, torch\n"
+        "from synthaudit.training import deterministic\n"
+        "assert not torch.are_deterministic_algorithms_enabled()\n"
+        "with deterministic(torch.device('cpu'), 0):\n"
+        "    assert torch.are_deterministic_algorithms_enabled()\n"
+        "    assert torch.is_deterministic_algorithms_warn_only_enabled()\n"
+        "    a = torch.rand(3)\n"
+        "with deterministic(torch.device('cpu'), 0):\n"
+        "    assert torch.equal(a, torch.rand(3))\n"
+        "assert not torch.are_deterministic_algorithms_enabled()\n"
+        "print('inductor' if 'torch._inductor.config' in sys.modules else 'eager')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "eager"
