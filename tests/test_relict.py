@@ -334,3 +334,17 @@ def test_out_of_sample_interval_is_not_the_apparent_accuracy():
     # too few volumes of a class for left-out scoring: no interval rather than a made-up one
     few = bootstrap_ci(scores[3:], truth[3:], 0.01, n_boot=100, seed=0)
     assert few["balanced_accuracy"] is None and few["out_of_sample"]["balanced_accuracy"] is None
+
+
+def test_average_ranks_equal_scipy_rankdata_with_ties():
+    """roc_auc ranks without scipy.stats (its import was most of an evaluation job): the
+    ranks must be scipy's 'average' ranks, ties included."""
+    from scipy.stats import rankdata
+
+    from synthaudit.relict.evaluate import average_ranks
+
+    rng = np.random.default_rng(3)
+    for _ in range(100):
+        x = rng.integers(0, 6, size=int(rng.integers(1, 40))).astype(float)
+        assert np.array_equal(average_ranks(x), rankdata(x))
+    assert average_ranks(np.array([])).shape == (0,)

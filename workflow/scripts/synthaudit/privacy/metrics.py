@@ -17,6 +17,8 @@ from collections import Counter
 
 import numpy as np
 
+from ..relict.evaluate import average_ranks as _average_ranks
+
 __all__ = ["roc_auc", "roc_curve", "verification_metrics", "retrieval_metrics", "agreement"]
 
 
@@ -39,19 +41,6 @@ def _scores_labels(scores, labels) -> tuple[np.ndarray, np.ndarray]:
             raise ValueError("labels must be bool or 0/1")
         y = y.astype(bool)
     return s, y
-
-
-def _average_ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n, ties sharing their mean rank (scipy.stats.rankdata 'average')."""
-    order = np.argsort(x, kind="stable")
-    xs = x[order]
-    # start of each run of equal values in sorted order
-    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])
-    ends = np.r_[starts[1:], xs.size]  # exclusive
-    mean_rank = (starts + ends + 1) / 2.0  # mean of (start+1 .. end)
-    ranks = np.empty(x.size, dtype=float)
-    ranks[order] = np.repeat(mean_rank, ends - starts)
-    return ranks
 
 
 def _auc(s: np.ndarray, y: np.ndarray) -> float:

@@ -92,6 +92,20 @@ def optimal_threshold(rows: list[dict]) -> dict:
     return dict(rows[(start + stop) // 2])
 
 
+def average_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks 1..n, ties sharing their mean rank (scipy.stats.rankdata's 'average').
+
+    Why not scipy: importing scipy.stats costs 0.6-1.3 s, most of an evaluation job."""
+    x = np.asarray(x)
+    order = np.argsort(x, kind="stable")
+    xs = x[order]
+    starts = np.flatnonzero(np.r_[True, xs[1:] != xs[:-1]])  # first index of each run of equal values
+    ends = np.r_[starts[1:], xs.size]  # exclusive
+    ranks = np.empty(x.size, dtype=float)
+    ranks[order] = np.repeat((starts + ends + 1) / 2.0, ends - starts)  # mean of start+1 .. end
+    return ranks
+
+
 def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     """Area under the ROC curve as the Mann-Whitney U statistic.
 
@@ -107,9 +121,7 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     n_neg = labels.size - n_pos
     if n_pos == 0 or n_neg == 0:
         return math.nan
-    from scipy.stats import rankdata  # here: scipy.stats costs ~1.3 s to import, and most jobs never rank
-
-    ranks = rankdata(scores)  # average ranks: a tie contributes 1/2 to U
+    ranks = average_ranks(scores)  # a tie contributes 1/2 to U
     u = ranks[labels].sum() - n_pos * (n_pos + 1) / 2
     return float(u / (n_pos * n_neg))
 
