@@ -7,7 +7,7 @@ import numpy as np
 
 from synthaudit.io import load_volume, save_volume
 from synthaudit.logs import logged
-from synthaudit.segment.measures import check_labels
+from synthaudit.segment.labels import check_labels
 from synthaudit.synthetic.imported import onto_grid
 
 with logged(snakemake.log[0]) as log:

@@ -9,7 +9,7 @@ import SimpleITK as sitk
 from synthaudit.io import atomic_path, load_volume, save_volume, write_json
 from synthaudit.logs import logged
 from synthaudit.preprocess.pipeline import preprocess_image, preprocess_label
-from synthaudit.segment.measures import check_labels
+from synthaudit.segment.labels import check_labels
 
 with logged(snakemake.log[0]) as log:
     pre = snakemake.params.preprocess

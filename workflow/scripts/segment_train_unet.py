@@ -4,7 +4,7 @@ import torch
 
 from synthaudit.io import load_volume, write_tsv
 from synthaudit.logs import Progress, logged
-from synthaudit.segment.measures import check_labels
+from synthaudit.segment.labels import check_labels
 from synthaudit.segment.unet import save_model, train_unet
 
 with logged(snakemake.log[0]) as log:

@@ -102,7 +102,7 @@ def preprocess_label(label_path: str, pre: dict, grid: dict, transform=None, all
     """
     data, affine = volume if volume is not None else load_volume(label_path)
     if allowed is not None:
-        from ..segment.measures import check_labels
+        from ..segment.labels import check_labels
 
         check_labels(label_path, data, allowed)
     if not np.allclose(data, np.round(data)):

@@ -102,6 +102,10 @@ from scipy.spatial import cKDTree
 from skimage.measure import marching_cubes
 
 from .. import registry
+from .labels import check_labels
+
+__all__ = ["MEASURES", "all_pairs_segmentation_measures", "average_surface_distance", "check_labels", "dice", "hd95",
+           "mean_asd", "mean_dice"]
 
 MEASURES = tuple(registry.names("segmentation"))  # the registry's segmentation level
 HD_PERCENT = 95.0
@@ -116,33 +120,6 @@ _KD_QUERY_VOXELS = 12
 
 
 # --------------------------------------------------------------------------- checks
-
-
-def check_labels(path: str | os.PathLike, data: np.ndarray, allowed: Sequence[int]) -> None:
-    """Refuse a segmentation holding values outside the declared label map.
-
-    Background 0 is always allowed. Why: an undeclared value (another labelling
-    protocol, a typo in the label map, interpolated values from resampling a label map)
-    would count as foreground in the binary measures and be ignored by the multiclass
-    ones, silently changing both.
-
-    Args:
-        path: The file the segmentation came from, for the message.
-        data: The segmentation.
-        allowed: The declared foreground labels.
-
-    Raises:
-        ValueError: Naming ``path`` and the unexpected values (at most ten shown).
-    """
-    values = np.unique(np.asarray(data))
-    unexpected = values[~np.isin(values, [0, *allowed])]
-    if unexpected.size:
-        shown = ", ".join(f"{v:g}" for v in unexpected[:10])
-        more = f" and {unexpected.size - 10} more" if unexpected.size > 10 else ""
-        raise ValueError(
-            f"{path}: segmentation contains label value(s) {shown}{more} not in the label map "
-            f"{sorted(int(a) for a in allowed)} (0 = background)"
-        )
 
 
 def _check_classes(labels: Sequence[int]) -> list[int]:
