@@ -157,10 +157,13 @@ def test_mni_ct_template_values_and_determinism():
 
 
 def test_simulation_is_deterministic(patient, tmp_path):
+    """The same patient again, from the atlas file the workflow builds once (save_atlas) instead
+    of the in-process atlas: identical scans and truth."""
     truth, scans = patient
     out = _outputs(tmp_path, "b")
+    ncct.save_atlas(str(tmp_path / "atlas.npz"))
     # more patients in the cohort must not change this one
-    assert ncct.simulate_patient(_cfg(n_patients=9), "p002", out) == truth
+    assert ncct.simulate_patient(_cfg(n_patients=9), "p002", out, str(tmp_path / "atlas.npz")) == truth
     for session in ncct.SESSIONS:
         image, affine = load_volume(out[f"{session}_image"])
         label, _ = load_volume(out[f"{session}_label"])

@@ -3,7 +3,25 @@
 # and a resolved manifest for every dataset.
 
 
+# The simulation's 1 mm MNI atlas, built once for every patient's job (temp: deleted when the
+# last one has read it)
+rule demo_atlas:
+    output:
+        temp("results/cohort/demo_atlas_1mm.npz"),
+    log:
+        "logs/demo_atlas.log",
+    threads: 1
+    resources:
+        mem_mb=3000,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/demo_atlas.py"
+
+
 rule demo_patient:
+    input:
+        atlas="results/cohort/demo_atlas_1mm.npz",
     output:
         baseline_image="results/cohort/{dataset}/images/{patient}_bl.nii.gz",
         baseline_label="results/cohort/{dataset}/labels/{patient}_bl.nii.gz",

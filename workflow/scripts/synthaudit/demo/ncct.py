@@ -14,6 +14,7 @@ Spaces: *atlas* (MNI mm) -> *patient* (atlas scaled about the head centre and wa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ import numpy as np
 from scipy import ndimage as ndi
 
 from .. import anatomy
-from ..io import save_volume
+from ..io import atomic_path, save_volume
 from . import heldout_indices
 
 SESSIONS = {"baseline": "bl", "followup": "fu"}  # session name -> scan id suffix
@@ -88,7 +89,7 @@ def class_table(truths: list[dict]) -> list[dict]:
     return rows
 
 
-def simulate_patient(cfg: dict, patient_id: str, out: dict[str, str]) -> dict:
+def simulate_patient(cfg: dict, patient_id: str, out: dict[str, str], atlas_file: str | None = None) -> dict:
     """Simulate one patient's baseline and follow-up scans and write them as NIfTI.
 
     The random stream is ``default_rng([seed, patient number])``, so a patient does not
@@ -108,10 +109,12 @@ def simulate_patient(cfg: dict, patient_id: str, out: dict[str, str]) -> dict:
     Raises:
         ValueError: If ``patient_id`` is not a patient of this cohort, or the follow-up
             growth would make the lesion vanish.
+        atlas_file: The atlas written by :func:`save_atlas` (the workflow builds it once for
+            all patients); None builds it here.
     """
     index = _patient_index(patient_id, int(cfg["n_patients"]))
     rng = np.random.default_rng([int(cfg["seed"]), index])
-    atlas = _atlas()
+    atlas = _atlas() if atlas_file is None else _load_atlas(atlas_file)
     patient = _Patient.draw(rng, cfg["anatomy"], atlas)
     lesion = _Lesion.draw(rng, cfg["lesion"], atlas, patient)
     truth = {
@@ -180,6 +183,21 @@ def _atlas() -> _Atlas:
         centre=centre.astype(np.float32),
         candidates=np.flatnonzero((parenchyma > 0.9) & maps.brain),
     )
+
+
+def save_atlas(path: str) -> None:
+    """Write the 1 mm atlas (uncompressed npz, about 170 MB) so that every patient's job reads it
+    in a fraction of a second instead of building it (1.8 s of each 2.4 s job on 2 cores)."""
+    atlas = _atlas()
+    with atomic_path(path, suffix=".npz") as tmp:
+        np.savez(tmp, **{f.name: getattr(atlas, f.name) for f in dataclasses.fields(_Atlas)})
+
+
+@functools.lru_cache(maxsize=1)
+def _load_atlas(path: str) -> _Atlas:
+    """The atlas :func:`save_atlas` wrote (equal to :func:`_atlas`, array for array)."""
+    with np.load(path) as data:
+        return _Atlas(**{f.name: data[f.name] for f in dataclasses.fields(_Atlas)})
 
 
 @dataclass(frozen=True, eq=False)
