@@ -5,21 +5,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
+# make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
+DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
 .PHONY: demo test install lint report privacy anonymise augmentation feature-study dvc-repro clean bench bench-quick bench-loop
 
+# uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
+# compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
+UV_VERSION := 0.13.9
+UV := $(BIN)/uv pip install --python $(BIN)/python --quiet $(foreach d,$(PIP_FIND_LINKS),--find-links $(d))
+
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt
-	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
+	$(UV) --compile-bytecode -r requirements.txt -c constraints.txt
+	$(UV) --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/snakemake $(PROFILE)
-	$(BIN)/snakemake $(PROFILE) --report results/report.html
+	$(BIN)/snakemake $(DEMO_PROFILE)
+	$(BIN)/snakemake $(DEMO_PROFILE) --report results/report.html
 	@$(BIN)/python -m synthaudit where
 
 test: $(STAMP)

@@ -310,3 +310,24 @@ def test_anonymisation_refuses_unusable_labels_before_any_job(tmp_path):
     assert ("k-Same with k=3: class(es) {'A': 2, 'B': 2} have fewer than 3 training vectors outside the "
             "validation patients") in out
     assert not (wd / "results").exists()
+
+
+def test_demo_profile_is_the_default_plus_threads_of_existing_rules(root):
+    """make demo's profile differs from the default only in set-threads, and every rule it
+    names exists (Snakemake ignores a misspelt name there silently, and the job would keep
+    both cores)."""
+    import subprocess
+
+    import yaml
+    from workflow_helpers import BIN, env
+
+    profiles = root / "workflow" / "profiles"
+    demo = yaml.safe_load((profiles / "demo" / "config.yaml").read_text())
+    default = yaml.safe_load((profiles / "default" / "config.yaml").read_text())
+    threads = demo.pop("set-threads")
+    assert demo == default
+    assert threads and all(v == 1 for v in threads.values())
+    proc = subprocess.run([str(BIN / "snakemake"), "--list-rules"], cwd=root, env=env(), capture_output=True,
+                          text=True, check=True)
+    rules = set(proc.stdout.split())
+    assert set(threads) <= rules, sorted(set(threads) - rules)
