@@ -325,8 +325,16 @@ def test_demo_profile_is_the_default_plus_threads_of_existing_rules(root):
     demo = yaml.safe_load((profiles / "demo" / "config.yaml").read_text())
     default = yaml.safe_load((profiles / "default" / "config.yaml").read_text())
     threads = demo.pop("set-threads")
+    first = demo.pop("prioritize")
     assert demo == default
     assert threads and all(v == 1 for v in threads.values())
+    # the prioritised targets are samples of the demo's generators (params.yaml)
+    params = yaml.safe_load((root / "params.yaml").read_text())
+    sweep = params["generator_sweep"]
+    generators = {d for d, c in params["datasets"].items() if c.get("synthetic", {}).get("source") == "ldm"}
+    generators |= {f"{sweep['dataset']}_n{n}" for n in sweep["n_training"]}
+    assert {t.split("/")[2] for t in first} == generators
+    assert all(t.startswith("results/synthetic/") and t.endswith("/images/gen001.nii.gz") for t in first)
     proc = subprocess.run([str(BIN / "snakemake"), "--list-rules"], cwd=root, env=env(), capture_output=True,
                           text=True, check=True)
     rules = set(proc.stdout.split())
