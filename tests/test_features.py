@@ -588,3 +588,20 @@ def test_smoothed_input_encodes_the_gaussian_smoothed_volume():
     assert g1.shape == (1, 512)
     with pytest.raises(ValueError, match="sigma_voxels > 0"):
         features.SmoothedInput(plain, 0)
+
+
+def test_medicalnet_channels_last_layout_gives_the_plain_feature_map():
+    """The extractor runs its network in the channels-last 3D layout (faster on CPU); the
+    feature map must equal the same network's in the default layout to float rounding."""
+    import torch
+
+    from synthaudit.features.medicalnet import MedicalNetResNet10, build_medicalnet_resnet
+
+    ext = MedicalNetResNet10(seed=3, device="cpu")
+    plain = build_medicalnet_resnet(10).eval()
+    plain.load_state_dict(ext.model.state_dict())
+    x = torch.from_numpy(np.random.default_rng(0).standard_normal((2, 1, 24, 28, 20)).astype(np.float32))
+    with torch.inference_mode():
+        got, want = ext.feature_map(x), plain(x)
+    assert got.is_contiguous() and got.shape == want.shape
+    assert torch.allclose(got, want, rtol=1e-5, atol=1e-5 * float(want.abs().max()))
