@@ -17,9 +17,10 @@ UV := $(BIN)/uv pip install --python $(BIN)/python --quiet $(foreach d,$(PIP_FIN
 
 $(STAMP): requirements.txt constraints.txt pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION)
-	$(UV) --compile-bytecode -r requirements.txt -c constraints.txt
-	$(UV) --no-deps --no-build-isolation -e .
+	$(BIN)/python -m pip install --quiet uv==$(UV_VERSION) && $(UV) --compile-bytecode -r requirements.txt -c constraints.txt \
+	  || { echo "uv failed (it reads no pip.conf: set UV_INDEX_URL for a mirror); installing with pip"; \
+	       $(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt; }
+	$(UV) --no-deps --no-build-isolation -e . || $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	@touch $(STAMP)
 
 install: $(STAMP)
