@@ -333,12 +333,8 @@ def test_demo_profile_is_the_default_plus_threads_of_existing_rules(root):
     sweep = params["generator_sweep"]
     generators = {d for d, c in params["datasets"].items() if c.get("synthetic", {}).get("source") == "ldm"}
     generators |= {f"{sweep['dataset']}_n{n}" for n in sweep["n_training"]}
-    samples = [t for t in first if t.startswith("results/synthetic/")]
-    assert {t.split("/")[2] for t in samples} == generators
-    assert all(t.endswith("/images/gen001.nii.gz") for t in samples)
-    # and the U-Net of every dataset that segments with one
-    unets = {d for d, c in params["datasets"].items() if c.get("segmentation", {}).get("source") == "unet"}
-    assert set(first) - set(samples) == {f"results/relict/segmentation/{d}/unet/model.pt" for d in unets}
+    assert {t.split("/")[2] for t in first} == generators
+    assert all(t.startswith("results/synthetic/") and t.endswith("/images/gen001.nii.gz") for t in first)
     proc = subprocess.run([str(BIN / "snakemake"), "--list-rules"], cwd=root, env=env(), capture_output=True,
                           text=True, check=True)
     rules = set(proc.stdout.split())
