@@ -4,14 +4,16 @@ Why: a time alone does not say whether the engine is near what the machine allow
 floor counts the arithmetic and the memory traffic of one pair in the CPU kernel's
 schedule (``relict.kernels._ssim_sums_11``) and divides by rates measured here and now:
 
-* **flops per pair** (float32, a fused multiply-add counted as 2): the first axis filters
-  the product ``x y`` (11 products, 11 multiply-adds per filtered value, over
-  ``(X - 10) Y Z`` values), the second and third axes filter (11 multiply-adds over
-  ``(X - 10)(Y - 10) Z`` and ``(X - 10)(Y - 10)(Z - 10)`` values), and the SSIM terms cost
-  about 12 operations per interior voxel;
-* **bytes per pair** from memory: a training volume's shifted values and its four
-  interior maps are read once per synthetic volume (the kernel's outer loop runs over
-  synthetic volumes), the synthetic side once per block of training volumes;
+* **flops per pair** (float32, a fused multiply-add counted as 2): the product ``x y``
+  (one multiply per voxel), then the second axis (11 multiply-adds over ``X (Y - 10) Z``
+  values), the last axis (over ``X ((Y - 10) Z - 10)``: the kernel's flat loop also
+  fills the 10 unused columns between rows), the first axis from the ring of filtered
+  planes (over ``(X - 10)((Y - 10) Z - 10)``), and the SSIM terms, about 14 operations
+  per interior voxel (B1 formed from the means);
+* **bytes per pair** from memory: a training volume's shifted values and the three
+  interior maps the kernel reads (cross, mean, beta) once per synthetic volume (the
+  kernel's outer loop runs over synthetic volumes), the synthetic side once per block
+  of training volumes; the ring of filtered planes stays in cache and is not counted;
 * **rates**: a float32 matrix product (torch, the given threads) and a large copy
   (read + write bytes).
 
@@ -24,7 +26,8 @@ from __future__ import annotations
 import time
 
 TAPS = 11          # skimage's window: sigma 1.5, truncate 3.5
-TERM_FLOPS = 12    # per interior voxel: a1, a2, the denominator, the ratio and the sum
+TERM_FLOPS = 14    # per interior voxel: a1, a2, B1 from the means, B2, the ratio and the sum
+MAPS = 3           # interior maps the kernel reads per volume: cross, mean, beta
 
 
 def ssim_pair_cost(shape: tuple[int, int, int], taps: int = TAPS, block: int | None = None) -> dict:
@@ -38,13 +41,14 @@ def ssim_pair_cost(shape: tuple[int, int, int], taps: int = TAPS, block: int | N
     nx, ny, nz = shape
     r = taps - 1
     ox, oy, oz = nx - r, ny - r, nz - r
-    first = ox * ny * nz * (taps + 2 * taps)        # products, then multiply-adds
-    second = ox * oy * nz * 2 * taps
-    third = ox * oy * oz * 2 * taps
+    product = nx * ny * nz
+    second = nx * oy * nz * 2 * taps
+    last = nx * (oy * nz - r) * 2 * taps
+    first = ox * (oy * nz - r) * 2 * taps
     terms = ox * oy * oz * TERM_FLOPS
-    volume_bytes = 4 * (nx * ny * nz + 4 * ox * oy * oz)   # shifted float32 volume + 4 interior maps
-    return {"flops": first + second + third + terms, "bytes": volume_bytes + volume_bytes / block,
-            "flops_by_pass": {"first_axis": first, "second_axis": second, "third_axis": third, "terms": terms}}
+    volume_bytes = 4 * (nx * ny * nz + MAPS * ox * oy * oz)   # shifted float32 volume + the interior maps read
+    passes = {"product": product, "second_axis": second, "last_axis": last, "first_axis": first, "terms": terms}
+    return {"flops": sum(passes.values()), "bytes": volume_bytes + volume_bytes / block, "flops_by_pass": passes}
 
 
 def machine_rates(threads: int, seconds: float = 1.0) -> dict:

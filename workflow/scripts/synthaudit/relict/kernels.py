@@ -12,9 +12,10 @@ cache-blocked so that each voxel of a synthetic volume is read from memory once 
   (register blocking: one load of a synthetic voxel serves four pairs).
 * :func:`ssim_sums` filters the product ``x~ y~`` plane by plane with the separable
   Gaussian taps (11 taps for sigma 1.5: ~33 multiply-adds per voxel instead of the
-  ~1,000 a dense banded matrix product spends) and evaluates the SSIM terms in the
-  same pass over the output row, for each synthetic volume against a block of training
-  volumes while that volume's planes are in cache.
+  ~1,000 a dense banded matrix product spends; the first axis last, from a ring of
+  filtered planes) and evaluates the SSIM terms in the same pass over the output row,
+  for each synthetic volume against a block of training volumes while that volume's
+  planes are in cache.
 
 Precision: differences and products are float32 (a difference of two float32 values
 within a factor of two is exact; int16 CT values are exact in float32), summed in
@@ -166,14 +167,14 @@ def ssim_sums(x_shifted, x_cross, x_mean, x_alpha, x_beta,
 
     Dispatches to :func:`_ssim_sums_11` for the 11-tap window of skimage's default
     (sigma 1.5, truncate 3.5), whose taps are written out so that every pass is one
-    long vectorised loop, and to :func:`_ssim_sums_generic` for other windows. Both
-    evaluate the same sums in the same order (same values, bitwise in our checks).
-    Arguments as :func:`_ssim_sums_generic`.
+    long vectorised loop, and to :func:`_ssim_sums_generic` for other windows. The two
+    filter in a different order and form B1 differently (float32 rounding apart, the
+    same sums: 1e-6 relative in the tests). Arguments as :func:`_ssim_sums_generic`;
+    the 11-tap path does not read the ``alpha`` maps.
     """
     if weights.shape[0] == 11 and all(a.flags.c_contiguous for a in (x_shifted, y_shifted)):
         taps = tuple(np.float32(w) for w in weights)
-        _ssim_sums_11(x_shifted, x_cross, x_mean, x_alpha, x_beta, y_shifted, y_cross, y_mean, y_alpha, y_beta,
-                      taps, c1, c2k, out)
+        _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean, y_beta, taps, c1, c2k, out)
     else:
         _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta, y_shifted, y_cross, y_mean, y_alpha,
                            y_beta, weights, c1, c2k, out)
@@ -200,75 +201,86 @@ def _fir11(src, step, dst, n, w):  # pragma: no cover - compiled
 
 
 @njit(fastmath=True, cache=True, inline="always", error_model="numpy")
-def _prod11(x, y, start, step, dst, n, w):  # pragma: no cover - compiled
-    """``dst[v] = sum_a w[a] (x y)[start + v + a step]`` for v < n (11 taps, first axis)."""
+def _ring11(ring, i, dst, n, w):  # pragma: no cover - compiled
+    """``dst[v] = sum_a w[a] ring[(i + a) % 11][v]`` for v < n: the first axis over a ring of 11 planes."""
     w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10 = w
-    o1, o2, o3, o4, o5 = start + step, start + 2 * step, start + 3 * step, start + 4 * step, start + 5 * step
-    o6, o7, o8, o9, o10 = start + 6 * step, start + 7 * step, start + 8 * step, start + 9 * step, start + 10 * step
-    x0, y0 = x[start:start + n], y[start:start + n]
-    x1, y1 = x[o1:o1 + n], y[o1:o1 + n]
-    x2, y2 = x[o2:o2 + n], y[o2:o2 + n]
-    x3, y3 = x[o3:o3 + n], y[o3:o3 + n]
-    x4, y4 = x[o4:o4 + n], y[o4:o4 + n]
-    x5, y5 = x[o5:o5 + n], y[o5:o5 + n]
-    x6, y6 = x[o6:o6 + n], y[o6:o6 + n]
-    x7, y7 = x[o7:o7 + n], y[o7:o7 + n]
-    x8, y8 = x[o8:o8 + n], y[o8:o8 + n]
-    x9, y9 = x[o9:o9 + n], y[o9:o9 + n]
-    x10, y10 = x[o10:o10 + n], y[o10:o10 + n]
+    a0, a1, a2, a3 = ring[i % 11], ring[(i + 1) % 11], ring[(i + 2) % 11], ring[(i + 3) % 11]
+    a4, a5, a6, a7 = ring[(i + 4) % 11], ring[(i + 5) % 11], ring[(i + 6) % 11], ring[(i + 7) % 11]
+    a8, a9, a10 = ring[(i + 8) % 11], ring[(i + 9) % 11], ring[(i + 10) % 11]
     for v in range(n):
-        dst[v] = (w0 * (x0[v] * y0[v]) + w1 * (x1[v] * y1[v]) + w2 * (x2[v] * y2[v]) + w3 * (x3[v] * y3[v])
-                  + w4 * (x4[v] * y4[v]) + w5 * (x5[v] * y5[v]) + w6 * (x6[v] * y6[v]) + w7 * (x7[v] * y7[v])
-                  + w8 * (x8[v] * y8[v]) + w9 * (x9[v] * y9[v]) + w10 * (x10[v] * y10[v]))
+        dst[v] = (w0 * a0[v] + w1 * a1[v] + w2 * a2[v] + w3 * a3[v] + w4 * a4[v] + w5 * a5[v] + w6 * a6[v]
+                  + w7 * a7[v] + w8 * a8[v] + w9 * a9[v] + w10 * a10[v])
 
 
 @njit(fastmath=True, cache=True, inline="always", error_model="numpy")
-def _ssim_terms(q, xc, yc, xm, ym, xa, ya, xb, yb, c1f, c2f):  # pragma: no cover - compiled
-    """Sum over one output row of ``a1 a2 / den`` (float32; error_model numpy: the division vectorises)."""
+def _ssim_terms(q, xc, yc, xm, ym, xb, yb, c1f, c2f):  # pragma: no cover - compiled
+    """Sum over one output row of ``a1 a2 / den`` (float32; error_model numpy: the division vectorises).
+
+    ``B1 = mu_x^2 + mu_y^2 + C1`` is formed here from the means rather than read from
+    the ``alpha`` maps: one map fewer per side to stream from memory (these terms are
+    bound by that traffic; 25 % faster at NCCT size). B1 is a sum of positive terms,
+    so forming it in float32 costs float32 rounding (~1e-7 relative), nothing more.
+    """
     part = np.float32(0.0)
     for k in range(q.shape[0]):
         a2 = q[k] - xc[k] * yc[k] + c2f
         a1 = np.float32(2.0) * xm[k] * ym[k] + c1f
-        den = (xa[k] + ya[k]) * (xb[k] + yb[k])
+        den = (xm[k] * xm[k] + ym[k] * ym[k] + c1f) * (xb[k] + yb[k])
         part += a1 * a2 / den
     return part
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
-def _ssim_sums_11(x_shifted, x_cross, x_mean, x_alpha, x_beta,
-                  y_shifted, y_cross, y_mean, y_alpha, y_beta,
+def _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean, y_beta,
                   w, c1, c2k, out):  # pragma: no cover - compiled
     """:func:`_ssim_sums_generic` for 11 taps (``w`` a tuple of 11 float32), passes as flat loops.
 
-    Each pass runs over a whole plane as one 1D loop (the j pass reads rows ``b`` rows
-    apart, the k pass neighbours; the k pass also fills the 10 columns between rows,
-    which are never read), so loops are long and vectorise without remainders.
+    Schedule, per synthetic volume (parallel) and input plane ``p``, for each training
+    volume of the block: the product plane ``x~ y~`` (one multiply per voxel), the
+    second axis, then the last axis, into slot ``p % 11`` of that training volume's
+    ring of 11 filtered planes; once 11 planes are in the ring, the first axis combines
+    them into output plane ``p - 10`` and the SSIM terms follow. Filtering the first
+    axis last, from the ring, reads 11 filtered planes per output plane instead of the
+    22 raw planes (11 of each volume) that filtering it first needs, and each product is
+    formed once instead of 11 times: 10 % faster at NCCT size. The ring (4 x 11 planes,
+    6.7 MB per thread at NCCT size) lives in L3.
+
+    Each pass runs over a whole plane as one 1D loop (the second-axis pass reads rows
+    ``b`` rows apart, the last-axis pass neighbours; it also fills the 10 columns
+    between rows, which are never read), so loops are long and vectorise.
     """
     n_syn, nx, ny, nz = x_shifted.shape
     n_train = y_shifted.shape[0]
     r2 = 10
-    ox, oy, oz = nx - r2, ny - r2, nz - r2
+    oy, oz = ny - r2, nz - r2
     c1f = np.float32(c1)
     c2f = np.float32(c2k)
     n1 = ny * nz
     n2 = oy * nz
     n3 = n2 - r2
     for s in prange(n_syn):
-        p1 = np.empty(n1, np.float32)
+        product = np.empty(n1, np.float32)
         p2 = np.empty(n2, np.float32)
         p3 = np.empty(n2, np.float32)
+        ring = np.empty((n_train, 11, n2), np.float32)
         x = x_shifted[s].ravel()
-        for i in range(ox):
+        for p in range(nx):
+            xp = x[p * n1:(p + 1) * n1]
             for t in range(n_train):
-                _prod11(x, y_shifted[t].ravel(), i * n1, n1, p1, n1, w)
-                _fir11(p1, nz, p2, n2, w)
-                _fir11(p2, 1, p3, n3, w)
-                row = 0.0
-                for j in range(oy):
-                    row += _ssim_terms(p3[j * nz:j * nz + oz], x_cross[s, i, j], y_cross[t, i, j], x_mean[s, i, j],
-                                       y_mean[t, i, j], x_alpha[s, i, j], y_alpha[t, i, j], x_beta[s, i, j],
-                                       y_beta[t, i, j], c1f, c2f)
-                out[s, t] += row
+                yp = y_shifted[t].ravel()[p * n1:(p + 1) * n1]
+                for v in range(n1):
+                    product[v] = xp[v] * yp[v]
+                _fir11(product, nz, p2, n2, w)
+                _fir11(p2, 1, ring[t, p % 11], n3, w)
+                if p >= r2:
+                    i = p - r2
+                    _ring11(ring[t], i, p3, n3, w)
+                    row = 0.0
+                    for j in range(oy):
+                        row += _ssim_terms(p3[j * nz:j * nz + oz], x_cross[s, i, j], y_cross[t, i, j],
+                                           x_mean[s, i, j], y_mean[t, i, j], x_beta[s, i, j], y_beta[t, i, j],
+                                           c1f, c2f)
+                    out[s, t] += row
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
