@@ -194,3 +194,20 @@ def test_full_resolution_step_drops_a_spurious_coarse_rotation(monkeypatch):
     assert res.transform.rotation_axis == -1 and res.transform.angle_deg == 0
     assert res.transform.shift_vox == pytest.approx((-3.0, 2.0, -1.0), abs=0.2)
     assert res.rmse < 0.02  # the noise, not a rotated head's residual
+
+
+def test_alignment_target_is_twice_the_measured_in_full_ssim(tmp_path):
+    from synthaudit.bench.alignment import ssim_target_s
+
+    bench = tmp_path / "ncct.json"
+    assert ssim_target_s(bench) == 1200.0  # nothing measured: twice SSIM's own 10-minute target
+
+    def write(engine):
+        bench.write_text(json.dumps({"use_cases": {"ncct": {"measures": {"ssim": {"engine": engine}}}}}))
+
+    write({"wall_s": 427.0, "extrapolated": False})
+    assert ssim_target_s(bench) == 854.0
+    write({"wall_s": 300.0, "extrapolated": True})  # a quarter of the training set scaled up
+    assert ssim_target_s(bench) == 1200.0
+    bench.write_text("{not json")
+    assert ssim_target_s(bench) == 1200.0

@@ -3,8 +3,9 @@
 Why: the per-pair bench (:mod:`synthaudit.bench.alignment`) says what one pair costs;
 this one runs the whole audit step on the cached NCCT bench cohort (50 synthetic x 774
 training volumes of 182 x 218 x 182 at 1 mm), with RELICT's n = 50, against the target
-of twice the plain SSIM time (1200 s on 2 cores). Some synthetic volumes are replaced by
-augmented replicas (flipped, shifted by 8 mm, rotated by 8 deg copies of training
+of twice the plain SSIM time (measured in full, ``results/bench/ncct.json``; see
+``bench.alignment.ssim_target_s``). Some synthetic volumes are replaced by augmented
+replicas (flipped, shifted by 8 mm, rotated by 8 deg copies of training
 volumes, plus noise, as params.yaml's ``ncct_demo_aug``), so the output says whether
 they are found, and a few synthetic volumes get the exact ratio (all n = 50 nearest
 aligned) so it says how far the fast ratio is from it.
