@@ -52,3 +52,17 @@ def test_profile_summary(tmp_path):
     assert s["samples"] == 40
     assert s["own"][0] == ["select (scheduler.py:50)", 30]
     assert s["inclusive"][0] == ["main (cli.py:10)", 40]
+
+
+def test_machine_speed_is_recorded_or_explained(monkeypatch):
+    from synthaudit.bench import floor, loop
+
+    monkeypatch.setattr(floor, "machine_rates", lambda threads: {"threads": threads, "gemm_gflops": 1.0,
+                                                                 "copy_gb_s": 2.0})
+    assert loop.machine_speed(2) == {"threads": 2, "gemm_gflops": 1.0, "copy_gb_s": 2.0}
+
+    def broken(threads):
+        raise RuntimeError("no torch here")
+
+    monkeypatch.setattr(floor, "machine_rates", broken)
+    assert loop.machine_speed(2) == {"error": "RuntimeError: no torch here"}

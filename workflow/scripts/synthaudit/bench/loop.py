@@ -20,7 +20,8 @@ one file with the targets and whether each is met:
     python -m synthaudit.bench.loop --out results/bench/loop.json [--profile-master]
 
 The clone is of the committed HEAD (uncommitted changes are not measured; the file says
-which commit). Run it on an otherwise idle machine: the file records the load average.
+which commit). Run it on an otherwise idle machine: the file records the load average and the
+machine's GEMM and copy rates before and after (a shared host's speed varies).
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
     report: dict = {"when": dt.datetime.now().isoformat(timespec="seconds"), "commit": commit,
                     "uncommitted_changes_not_measured": bool(dirty), "clone": str(clone),
                     "machine": {"cpu": cpu_model(), "cores": cores, "python": platform.python_version(),
-                                "load_average_before": os.getloadavg()},
+                                "load_average_before": os.getloadavg(), "rates_before": machine_speed(cores)},
                     "targets": dict(TARGETS, max_threads=cores), "figures": {}, "met": {}}
     figures, met = report["figures"], report["met"]
 
@@ -329,11 +330,28 @@ def main(argv: list[str] | None = None) -> int:
         failed |= rc != 0
         say(f"make test {test_s:.0f} s (exit {rc}): {figures['test_summary']}")
     report["machine"]["load_average_after"] = os.getloadavg()
+    report["machine"]["rates_after"] = machine_speed(cores)
     write_json(out, report)
     say(f"written: {out}")
     for key, ok in met.items():
         print(f"  {key:18s} {'met' if ok else 'MISSED'}")
     return 1 if failed else 0
+
+
+def machine_speed(cores: int | None) -> dict:
+    """GEMM and copy rates (``bench.floor.machine_rates``) at the start and end of a run.
+
+    Why: on a shared host the same commit's demo and tests took 17 % longer one afternoon
+    than the same morning, while this machine's GEMM rate had fallen from 183 to 124-129
+    GFLOP/s and its copy bandwidth from 31 to 21 GB/s: a loop figure means little without
+    the speed of the machine it was taken on.
+    """
+    try:
+        from .floor import machine_rates
+
+        return machine_rates(cores or 1)
+    except Exception as error:  # noqa: BLE001 - a figure for the record; never fail the bench
+        return {"error": f"{type(error).__name__}: {error}"}
 
 
 def _quantiles(samples: list[int], cores: int | None) -> dict:
