@@ -218,7 +218,7 @@ def _ssim_terms(q, xc, yc, xm, ym, xb, yb, c1f, c2f):  # pragma: no cover - comp
 
     ``B1 = mu_x^2 + mu_y^2 + C1`` is formed here from the means rather than read from
     the ``alpha`` maps: one map fewer per side to stream from memory (these terms are
-    bound by that traffic; 25 % faster at NCCT size). B1 is a sum of positive terms,
+    bound by that traffic; the kernel 15-20 % faster at NCCT size). B1 is a sum of positive terms,
     so forming it in float32 costs float32 rounding (~1e-7 relative), nothing more.
     """
     part = np.float32(0.0)
