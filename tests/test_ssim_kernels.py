@@ -96,3 +96,19 @@ def test_without_a_flat_region_the_shift_is_the_median():
     v = np.random.default_rng(6).random((20, 20, 20)).astype(np.float32)
     shift = float(image_measures._shift_of(image_measures.torch.from_numpy(v)))
     assert shift == pytest.approx(float(np.median(v)), abs=1e-3)
+
+
+@pytest.mark.parametrize("use_kernels", [True, False])
+def test_maps_written_into_reused_buffers_equal_fresh_maps(use_kernels):
+    shape = (13, 14, 12)
+    ssim = image_measures._SSIM(shape, data_range=1.0, sigma=1.5, truncate=3.5, use_sample_covariance=True,
+                                device=image_measures.torch.device("cpu"), use_kernels=use_kernels)
+    rng = np.random.default_rng(4)
+    buffer = ssim.empty_moments(3, shape)
+    for n in (3, 2):  # a last, shorter block uses the first n slots
+        vols = image_measures.torch.from_numpy(_volumes(rng, shape, n))
+        reused, fresh = ssim.moments(vols, out=buffer), ssim.moments(vols)
+        for a, b in zip(reused.arrays(), fresh.arrays()):
+            assert np.array_equal(a, b)
+    with pytest.raises(ValueError, match="cannot hold"):
+        ssim.moments(image_measures.torch.from_numpy(_volumes(rng, shape, 4)), out=buffer)
