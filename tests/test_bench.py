@@ -132,6 +132,23 @@ def test_cohort_is_deterministic_cached_and_complete(tmp_path):
     np.testing.assert_array_equal(cohort.reader("training_labels").read(2), labels[2])
 
 
+def test_ncct_volumes_do_not_share_an_anatomy():
+    """Two new NCCT volumes are different heads: no small shift makes one a near-copy of the other,
+    so the alignment bench's shifted copies are found by their source only (generator version 1
+    rolled 6 base heads: there the best shift brought two volumes within 3x a replica's distance)."""
+    import itertools
+
+    from synthaudit.bench.cohort import _NCCT
+
+    spec = CohortSpec("ncct", 4, 6, 1, (24, 28, 24), (3.0, 3.0, 3.0), 1, 16, 0)
+    draw = _NCCT(spec)
+    a = draw.volume(np.random.default_rng(1), 0)[0].astype(float)
+    b = draw.volume(np.random.default_rng(2), 0)[0].astype(float)
+    copy = draw.replica(np.random.default_rng(3), a.astype(np.int16)).astype(float)
+    best = min(np.mean(np.abs(a - np.roll(b, s, axis=(0, 1, 2)))) for s in itertools.product(range(-2, 3), repeat=3))
+    assert best > 8 * np.mean(np.abs(a - copy)) > 0
+
+
 def test_tof_cohort_has_seven_thin_classes(tmp_path):
     spec = CohortSpec.of(_toy().use_cases["tof"], 5)
     cohort = ensure(spec, tmp_path / "tof", log=lambda _: None)

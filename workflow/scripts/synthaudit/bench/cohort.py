@@ -9,8 +9,13 @@ volumes of 182 x 218 x 182) in minutes:
 * smooth structure comes from low-resolution random fields upsampled by three small
   matrix products (cubic B-spline weights), not from full-resolution filtering;
 * noise is drawn as random bytes (uniform, summed in pairs), not Gaussian;
-* a few base "patients" carry the anatomy; every volume is a base patient shifted by a
-  few voxels with its own smooth intensity field, noise and lesion.
+* NCCT: every volume draws its own anatomy (head outline, size and position, tissue
+  texture) and adds a smooth intensity field, noise and a lesion. Until generator version
+  2 every volume was one of 6 base heads rolled by a few voxels; then a shifted copy of
+  one volume also matched about a sixth of the training set after alignment, so the
+  alignment bench could not tell its source from the other volumes of its base;
+* TOF: a few base vessel anatomies, each volume a jittered one (see :class:`_TOF`);
+* embeddings: a few base patients (similar vectors within one).
 
 Every volume has its own seeded generator (seed, role, index), so a cohort is the same
 whatever order or machine made it. Synthetic volumes are partly noisy near-copies of
@@ -37,11 +42,11 @@ from numpy.lib.format import open_memmap
 from synthaudit.io import atomic_directory, write_json
 
 # Bump when the generator changes what it draws: old caches then stop matching.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2  # 2: every NCCT volume its own anatomy
 ARRAYS = ("training_images", "training_labels", "training_embeddings",
           "synthetic_images", "synthetic_labels", "synthetic_embeddings")
 META = "cohort.json"
-N_BASES = 6  # base "patients" (NCCT) or vessel anatomies (TOF) the volumes derive from
+N_BASES = 6  # base vessel anatomies (TOF) and embedding patients the volumes derive from
 # Intensity range of each kind (int16 values); the SSIM data range is its width.
 INTENSITY = {"ncct": (0, 100), "tof": (0, 1000)}
 _NCCT_FULL_VOXELS = 182 * 218 * 182  # lesion sizes (2k-60k voxels) are given at this grid
@@ -317,21 +322,20 @@ def _centred_grid(shape: tuple[int, ...]) -> list[np.ndarray]:
 class _NCCT:
     """Head CT in a brain window (HU clipped to 0..100) with haemorrhage blobs (label 1).
 
-    Base patient: ellipsoidal head with a wobbly outline, skull (clipped at 100), grey
-    and white matter with texture, two ventricles. A volume: its base shifted by a few
-    voxels, a smooth intensity field, a global offset, noise, and in 80 % of volumes
-    one haemorrhage (55-80 HU) of 2k-60k voxels (at the 1 mm grid; scaled to smaller
-    grids), whose mask is the label map.
+    A volume's own anatomy: ellipsoidal head with a wobbly outline, skull (clipped at
+    100), grey and white matter with texture, two ventricles; then a smooth intensity
+    field, a global offset, noise, and in 80 % of volumes one haemorrhage (55-80 HU) of
+    2k-60k voxels (at the 1 mm grid; scaled to smaller grids), whose mask is the label map.
+    No two volumes share an anatomy (as no two patients do), so only a copy of a training
+    volume, plain or moved, is closer to it than to the rest of the cohort.
     """
 
     def __init__(self, spec: CohortSpec):
         self.spec = spec
         self.shape = spec.shape
-        self.max_shift = max(1, round(3 * self.shape[0] / 182))
         self.lesion_scale = math.prod(self.shape) / _NCCT_FULL_VOXELS
-        self.bases = [self._base(_rng(spec, "base", b)) for b in range(N_BASES)]
 
-    def _base(self, rng: np.random.Generator) -> np.ndarray:
+    def _anatomy(self, rng: np.random.Generator) -> np.ndarray:
         x, y, z = _centred_grid(self.shape)
         centre = rng.uniform(-0.03, 0.03, 3)
         axes = np.array([0.80, 0.86, 0.80]) * rng.uniform(0.94, 1.06, 3)
@@ -347,8 +351,8 @@ class _NCCT:
         return image.astype(np.float32)
 
     def volume(self, rng: np.random.Generator, base: int) -> tuple[np.ndarray, np.ndarray]:
-        shift = tuple(int(s) for s in rng.integers(-self.max_shift, self.max_shift + 1, 3))
-        image = np.roll(self.bases[base], shift, axis=(0, 1, 2))
+        """A new patient's volume (``base`` only groups the embeddings)."""
+        image = self._anatomy(rng)
         image += 2.5 * smooth_field(rng, self.shape, (6, 7, 6))
         image += np.float32(rng.uniform(-2, 2))
         image += noise(rng, self.shape, rng.uniform(2.0, 5.0))
