@@ -154,6 +154,29 @@ def test_image_measure_errors():
         all_pairs_image_measures(vols, vols, ["mae"], data_range=1.0, backend="numpy")
 
 
+def test_cpu_mae_rmse_ncc_jobs_do_not_import_torch():
+    """The workflow's MAE/RMSE/NCC jobs import the engine and run it on the CPU without torch (1.5-2.6 s of
+    start-up each); SSIM still loads it. In a fresh interpreter, as a Snakemake job runs."""
+    import subprocess
+    import sys
+
+    from synthaudit import devices
+
+    if not devices._no_gpu():
+        pytest.skip("a GPU device node is present: device 'auto' asks torch")
+    code = ("import sys, numpy as np\n"
+            "from synthaudit.relict.image_measures import all_pairs_image_measures\n"
+            "s = np.random.default_rng(0).random((2, 12, 12, 12), dtype=np.float32)\n"
+            "out = all_pairs_image_measures(s, s[::-1], ['mae', 'rmse', 'ncc'], data_range=1.0, threads=1)\n"
+            "assert abs(out['mae'][0, 1]) < 1e-12 and abs(out['ncc'][1, 0] - 1) < 1e-9\n"
+            "print('torch' in sys.modules)\n"
+            "all_pairs_image_measures(s, s, ['ssim'], data_range=1.0, threads=1)\n"
+            "print('torch' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["False", "True"]
+    assert devices.device_type("cpu") == "cpu" and devices.device_type("auto") == devices.resolve_device("auto").type
+
+
 def test_kernels_and_torch_agree_and_threads_do_not_change_values():
     """The two engines give the same numbers; the kernels' sums do not depend on the thread count."""
     rng = np.random.default_rng(6)

@@ -10,7 +10,6 @@ preprocessed volumes; ``latent`` space encodes them with the generator's autoenc
 import hashlib
 
 import numpy as np
-import torch
 
 from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import Progress, logged
@@ -34,8 +33,11 @@ def _arrays(paths, space, log, label):
             out.append(image_input(load_volume(p)[0], factor))
             progress(k)
         return np.stack(out).astype(np.float32)
+    import torch  # latent space only: image space is NumPy, and torch costs 1.5-2.6 s to import
+
     from synthaudit.generate import ldm
 
+    torch.set_num_threads(snakemake.threads)
     model, _ = ldm.load_autoencoder(snakemake.input.autoencoder)
     latents, _ = ldm.encode(model, [load_volume(p)[0] for p in paths])
     progress(len(paths))
@@ -43,7 +45,6 @@ def _arrays(paths, space, log, label):
 
 
 with logged(snakemake.log[0]) as log:
-    torch.set_num_threads(snakemake.threads)
     space = snakemake.wildcards.space
     p = snakemake.params
     if "real" in snakemake.output.keys():  # rule privacy_inputs: the real scans, and the scale

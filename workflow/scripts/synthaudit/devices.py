@@ -2,7 +2,31 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import sys
 from typing import Any
+
+# Device nodes a CUDA (NVIDIA) or ROCm (AMD) GPU needs inside any machine or container.
+_GPU_NODES = ("/dev/nvidia[0-9]*", "/dev/kfd")
+
+
+def _no_gpu() -> bool:
+    """No GPU device node on this machine, so ``torch.cuda.is_available()`` is False.
+
+    Why: importing torch costs 1.5-2.6 s per job, and jobs that run numba kernels on the CPU
+    (MAE, RMSE, NCC) would import it only to ask that. Without a GPU's device nodes no CUDA
+    or ROCm device can be opened; with them (or torch already imported), torch decides.
+    """
+    return not (any(glob.glob(pattern) for pattern in _GPU_NODES) or os.path.exists("/proc/driver/nvidia/version"))
+
+
+def device_type(device: Any = "auto") -> str:
+    """The type of the device :func:`resolve_device` gives (``"cpu"``, ``"cuda"``, ...), without
+    importing torch for ``"cpu"``, or for ``"auto"`` on a machine without a GPU."""
+    if device == "cpu" or (device == "auto" and "torch" not in sys.modules and _no_gpu()):
+        return "cpu"
+    return resolve_device(device).type
 
 
 def resolve_device(device: Any = "auto"):
