@@ -122,7 +122,13 @@ def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
                     coarse_factor=2, n_per_kind=1, exact_subset=4, reference_pairs=2, threads=1, target_s=60.0,
                     log=lambda m: None)
     json.dumps(out)  # serialisable
-    assert set(out["seconds"]) >= {"preselect_s", "align_s", "total_s"}
+    assert set(out["seconds"]) >= {"preselect_s", "align_s", "total_s", "workflow_aligned_ratio_s"}
+    sec = out["seconds"]  # the workflow's stages, and the bench's total with the estimate the workflow skips
+    assert sec["workflow_aligned_ratio_s"] == pytest.approx(sec["plain_mae_rmse_and_block_means_s"]
+                                                           + sec["preselect_s"] + sec["align_s"]
+                                                           + sec["matrices_and_ratio_s"], abs=0.05)
+    assert sec["total_s"] == pytest.approx(sec["workflow_aligned_ratio_s"] + sec["denominator_estimate_s"], abs=0.05)
+    assert out["workflow_target_met"] == (sec["workflow_aligned_ratio_s"] <= 60.0)
     assert len(out["preselect_training_left_after_bounds_mean"]) == 2  # the 4- and 2-block bounds
     kinds = [r["kind"] for r in out["detection"]["replicas"]]
     assert kinds == ["flip", "shift", "rotate"]

@@ -185,8 +185,11 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
     for m in ("mae", "rmse"):
         ratios[f"{m}_plain"] = distance_ratio(plain[m], n)
     times["matrices_and_ratio"] = time.perf_counter() - t0
-    total = (times["plain_mae_rmse_and_block_means"] + times["preselect"] + times["align"]
-             + times["denominator_estimate"] + times["matrices_and_ratio"])
+    # what relict_align does for the aligned ratio (plain, pre-selection, K candidates aligned, ratio),
+    # and the bench's total, which also times the block-mean estimate the workflow does not compute
+    workflow_total = (times["plain_mae_rmse_and_block_means"] + times["preselect"] + times["align"]
+                      + times["matrices_and_ratio"])
+    total = workflow_total + times["denominator_estimate"]
 
     # detection: augmented replicas against the volumes that copy nothing
     aug_index = {a["index"] for a in augmented}
@@ -284,18 +287,22 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         "coarse_to_fine_factor": coarse_factor, "hypotheses": hypotheses,
         "group_elements": len(space.flips()) * len(space.rotations()), "threads": threads, "device": device,
         "seconds": {**{f"{key}_s": round(v, 2) for key, v in times.items()}, "total_s": round(total, 2),
+                    "workflow_aligned_ratio_s": round(workflow_total, 2),
                     "augmented_set_s (not in total)": round(made_s, 2),
                     "exact_reference_s (not in total)": round(exact_s, 2)},
         "align_s_per_candidate_pair": times["align"] / max(1, len(syn) * k),
         "preselect_training_left_after_bounds_mean": left.mean(axis=0).round(1).tolist(),
         "preselect_training_scored_exactly_max": int(left[:, -1].max()),
         "target_s": target_s, "target_met": (total <= target_s) if target_s else None,
+        "workflow_target_met": (workflow_total <= target_s) if target_s else None,
         "detection": {"per_kind": summary, "nonreplica_ratio": nonrep, "replicas": detection},
         "ratio_error_vs_exact": error,
         "coarse_to_fine_vs_full_resolution": ref_cmp,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
-        "note": ("total = plain MAE/RMSE + pre-selection + alignment of K candidates + ratio; the exact reference "
-                 "aligns all n nearest (by pre-selection) of a subset. Non-candidates keep their plain distance "
+        "note": ("total = plain MAE/RMSE + pre-selection + alignment of K candidates + block-mean estimate + ratio; "
+                 "workflow_aligned_ratio_s leaves out the estimate, which relict_align does not compute (the "
+                 "*_aligned ratios do not use it); the exact reference aligns all n nearest (by pre-selection) of a "
+                 "subset. Non-candidates keep their plain distance "
                  "(an upper bound of the aligned one: with an exact numerator the ratio is never above the exact "
                  "one); *_estimate* use the block-mean estimate for them (RMSE only, not one-sided)."),
     }
