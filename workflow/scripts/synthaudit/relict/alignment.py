@@ -607,8 +607,9 @@ def _summed_squares(a: np.ndarray) -> np.ndarray:
     """Summed-area table of a^2 in float64, with a leading row of zeros per axis.
 
     Squared and summed in place in the table (the same operations in the same order as
-    ``(a ** 2).cumsum(0).cumsum(1).cumsum(2)``, so the same values): four fresh float64
-    volumes per table cost more in page faults than the sums (0.2 s of a 1 mm pair's 1.2 s).
+    ``(a ** 2).cumsum(0).cumsum(1).cumsum(2)``, so the same values) instead of through four
+    fresh float64 volumes: 0.23-0.26 -> 0.13-0.15 s at 182 x 218 x 182, where the table was a
+    fifth of the 1 mm alignment's time.
     """
     sat = np.zeros(tuple(n + 1 for n in a.shape))
     inner = sat[1:, 1:, 1:]
