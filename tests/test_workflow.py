@@ -339,3 +339,29 @@ def test_demo_profile_is_the_default_plus_threads_of_existing_rules(root):
                           text=True, check=True)
     rules = set(proc.stdout.split())
     assert set(threads) <= rules, sorted(set(threads) - rules)
+
+
+def test_cheap_per_volume_steps_run_as_one_job_per_dataset(root):
+    """Simulating a demo patient or spiking a volume takes a fraction of a second, less than a
+    job's start (Python, NumPy, nibabel, SciPy): the demo's DAG has one such job per dataset,
+    not one per volume (issue 19), and the per-scan registration keeps one job per scan."""
+    import re
+    import subprocess
+
+    import yaml
+    from workflow_helpers import BIN, env
+
+    proc = subprocess.run([str(BIN / "snakemake"), "-n", "--forceall", "--quiet", "rules"], cwd=root, env=env(),
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    counts = {m.group(1): int(m.group(2)) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", proc.stdout, re.M)}
+    datasets = yaml.safe_load((root / "params.yaml").read_text())["datasets"]
+    source = {d: datasets[c.get("training_from") or d]["source"] for d, c in datasets.items()}
+    spiked = {d for d, c in datasets.items() if c["synthetic"]["source"] == "spiked"}
+    tof = {d for d in datasets if source[d] == "demo_tof"}
+    simulated = {d for d, c in datasets.items() if not c.get("training_from") and source[d].startswith("demo_")}
+    expected = ({f"spike_{d}" for d in spiked - tof} | {f"spike_tof_{d}" for d in spiked & tof}
+                | {f"demo_patients_{d}" for d in simulated - tof} | {f"demo_tof_subjects_{d}" for d in simulated & tof})
+    batched = {r: n for r, n in counts.items() if r.startswith(("spike_", "demo_patients_", "demo_tof_subjects_"))}
+    assert batched == dict.fromkeys(expected, 1)
+    assert counts["preprocess_scan_labelled"] > len(simulated) * 10

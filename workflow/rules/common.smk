@@ -120,11 +120,8 @@ def training_qc(wc): return PLAN.training_qc(wc.dataset)
 def training_features(wc): return PLAN.training_features(wc.dataset)
 def training_labels(wc): return PLAN.training_labels(wc.dataset)
 def shard_of(wc, items, axis): return PLAN.shard_of(wc.dataset, wc.shard, items, axis)
-def spiked_row(wc): return PLAN.spiked_row(wc.dataset, wc.syn)
-def spiked_source(wc): return PLAN.spiked_source(wc.dataset, wc.syn)
-def spiked_source_label(wc): return PLAN.spiked_source_label(wc.dataset, wc.syn)
-def tof_heldout_image(wc): return PLAN.tof_heldout_image(wc.dataset, wc.syn)
-def tof_heldout_label(wc): return PLAN.tof_heldout_label(wc.dataset, wc.syn)
+def spiked_ids(dataset): return [r["id"] for r in PLANS[dataset].spiked]
+def demo_subjects(dataset): return sorted({s.patient_id for s in PLANS[dataset].scans})  # simulated patients
 def user_synthetic_label(wc): return PLAN.user_synthetic_label(wc.dataset, wc.syn)
 def nnunet_prediction(wc): return PLAN.nnunet_prediction(wc.dataset, wc.vid)
 def rating_measure(wc): return PLAN.rating_measure(wc.dataset)

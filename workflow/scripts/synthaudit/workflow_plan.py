@@ -312,13 +312,6 @@ class WorkflowPlan:
     def spiked_source_label(self, dataset: str, syn: str) -> str:
         return label_of(self.spiked_source(dataset, syn))
 
-    def tof_heldout_image(self, dataset: str, syn: str):
-        """A held-out scan copied as a TOF non-replica (nothing for a replica, which is rendered)."""
-        return [] if self.spiked_row(dataset, syn)["kind"] == "replica" else self.spiked_source(dataset, syn)
-
-    def tof_heldout_label(self, dataset: str, syn: str):
-        return [] if self.spiked_row(dataset, syn)["kind"] == "replica" else self.spiked_source_label(dataset, syn)
-
     def user_synthetic_label(self, dataset: str, syn: str) -> str:
         """A user's label file for a synthetic volume: from the manifest, or the labels folder."""
         vol = self.plans[dataset].synthetic_volume(syn)
