@@ -102,5 +102,6 @@ def test_scheduler_wakes_once_per_timespan_not_once_per_finished_job(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     fix, rounds = (tmp_path / "rounds.txt").read_text().split()
     assert fix == "applied"
-    # about one round per second of the 4-s job (the timespan of --max-jobs-per-timespan 100/1s)
-    assert int(rounds) <= 8, f"{rounds} scheduling rounds during a 4-s job"
+    # about one round per second of the 4-s job (the timespan of --max-jobs-per-timespan 100/1s):
+    # 4 on an idle machine, 11 once while other jobs loaded both cores; 164-168 without the fix
+    assert int(rounds) <= 20, f"{rounds} scheduling rounds during a 4-s job"
