@@ -365,3 +365,23 @@ def test_cheap_per_volume_steps_run_as_one_job_per_dataset(root):
     batched = {r: n for r, n in counts.items() if r.startswith(("spike_", "demo_patients_", "demo_tof_subjects_"))}
     assert batched == dict.fromkeys(expected, 1)
     assert counts["preprocess_scan_labelled"] > len(simulated) * 10
+
+
+def test_spiked_set_on_unlabelled_user_scans_writes_images_only(tmp_path):
+    """The spiked positive control on a user's own scans without label maps: one job for the
+    set, every volume written, no label maps asked for; a replica is nearest its source."""
+    wd, _ = _user_dataset(tmp_path, "manifest")
+    p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
+    spiked = tiny_params()["datasets"]["ncct_demo"]["synthetic"]
+    spiked["spiked"].update(n_replicas=2, n_nonreplicas=1)
+    p["datasets"]["mydata"].update(synthetic=spiked, ratings=None)
+    write_params(wd, p)
+    snakemake(wd, "synthetic_all")
+    rows = read_tsv(wd / "results/synthetic/mydata/synthetic.tsv")
+    assert [r["kind"] for r in rows].count("replica") == 2 and len(rows) == 3
+    assert not (wd / "results/synthetic/mydata/labels").exists()
+    training = {f.name.split(".")[0]: np.asarray(nib.load(f).dataobj, np.float32)
+                for f in (wd / "results/preprocessed/mydata/images").glob("*.nii.gz")}
+    for r in (r for r in rows if r["kind"] == "replica"):
+        volume = np.asarray(nib.load(wd / r["image"]).dataobj, np.float32)
+        assert min(training, key=lambda t: float(np.mean((training[t] - volume) ** 2))) == r["source_id"]
