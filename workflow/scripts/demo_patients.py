@@ -1,8 +1,7 @@
 """Snakemake adapter: simulate every patient of a demo NCCT dataset (baseline and follow-up scans).
 
 One job per dataset: the atlas is read and Python started once, not once per patient. Each
-patient's stream is seeded by its number, so every
-file is the one a job of its own would write."""
+patient's stream is seeded by its number, so every file is the one a job of its own would write."""
 
 from synthaudit.demo.ncct import simulate_patient
 from synthaudit.io import write_json
