@@ -8,6 +8,7 @@ leaves a half-written file that a later run would mistake for a result).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import shutil
@@ -23,27 +24,71 @@ class VolumeError(ValueError):
     """A volume that cannot be used; the message names the file."""
 
 
+class DiskFullError(OSError):
+    """An output could not be written for want of space (ENOSPC) or quota (EDQUOT).
+
+    Raised by :func:`atomic_path` and :func:`atomic_directory`, so by every writer here, in
+    place of the bare ``OSError`` (which names neither the output nor a remedy); ``errno``
+    is the original one and ``filename`` the output. The partly written temporary is gone
+    by then and the output is as it was before (absent, for a Snakemake job).
+    """
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+_NO_SPACE = {errno.ENOSPC: ("disk full", "free space on the disk that holds it, or move the run to a larger disk")}
+if hasattr(errno, "EDQUOT"):  # not on Windows
+    _NO_SPACE[errno.EDQUOT] = ("disk quota exceeded", "free space within your quota, or ask for a larger one")
+
+
+@contextlib.contextmanager
+def _naming_disk_full(path: Path) -> Iterator[None]:
+    """Turn a failure for want of space anywhere in the exception chain into a DiskFullError naming ``path``.
+
+    The chain, because writers often raise something else while cleaning up (zipfile's close
+    on a full disk raises again; other libraries wrap the error).
+    """
+    try:
+        yield
+    except Exception as e:
+        seen, cause = set(), e
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            if isinstance(cause, OSError) and cause.errno in _NO_SPACE:
+                what, remedy = _NO_SPACE[cause.errno]
+                raise DiskFullError(cause.errno, f"{what} ({errno.errorcode[cause.errno]}) while writing {path}: "
+                                    f"{remedy}, then run again (nothing partly written was kept)",
+                                    str(path)) from e
+            cause = cause.__cause__ or cause.__context__
+        raise
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``path``; rename it onto ``path`` on success.
 
     The temporary file keeps the final suffix(es) so that writers that pick a format
-    from the extension (nibabel, matplotlib) behave as for the final name.
+    from the extension (nibabel, matplotlib) behave as for the final name. On failure it
+    is removed and ``path`` is left as it was; a full disk (or quota) raises
+    :class:`DiskFullError`, naming ``path``.
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     if suffix is None:
         suffix = "".join(path.suffixes) or ".tmp"
-    fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=suffix, dir=path.parent)
-    os.close(fd)
+    with _naming_disk_full(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=suffix, dir=path.parent)
+        os.close(fd)
     tmp_path = Path(tmp)
     try:
-        yield tmp_path
-        # mkstemp creates 0600 files; outputs are shared (cluster groups), so apply the umask default
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp_path, 0o666 & ~umask)
-        os.replace(tmp_path, path)
+        with _naming_disk_full(path):
+            yield tmp_path
+            # mkstemp creates 0600 files; outputs are shared (cluster groups), so apply the umask default
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp_path, 0o666 & ~umask)
+            os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
@@ -51,18 +96,24 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike) -> Iterator[Path]:
-    """Yield an empty temporary folder next to ``path``; it replaces ``path`` on success."""
+    """Yield an empty temporary folder next to ``path``; it replaces ``path`` on success.
+
+    As :func:`atomic_path`: on failure the folder is removed, and a full disk raises
+    :class:`DiskFullError` naming ``path``.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
+    with _naming_disk_full(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{path.name}-", dir=path.parent))
     try:
-        yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; outputs are shared
-        if path.exists():
-            shutil.rmtree(path)
-        os.replace(tmp, path)
+        with _naming_disk_full(path):
+            yield tmp
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; outputs are shared
+            if path.exists():
+                shutil.rmtree(path)
+            os.replace(tmp, path)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
