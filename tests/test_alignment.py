@@ -212,7 +212,7 @@ def test_candidate_search_from_files_reads_each_volume_once_and_equals_the_direc
 
     space = al.SearchSpace(flip_axes=(0,), max_shift_mm=4.0)
     syn_refs, train_refs = [("s", i) for i in range(3)], [("t", j) for j in range(6)]
-    cand, hyp, spacing = al.preselect_volumes(syn_refs, train_refs, load, space, 3, 2)
+    cand, hyp, spacing, _ = al.preselect_volumes(syn_refs, train_refs, load, space, 3, 2)
     assert spacing == [2.0, 2.0, 2.0] and cand.shape == (3, 3)
     assert cand[:, 0].tolist() == [2, 2, 4]  # the flipped copy, the copy, the other copy
     assert all(n == 1 for n in reads.values()) and len(reads) == 9  # each volume read once
@@ -273,7 +273,7 @@ def test_mirrored_copy_on_an_odd_grid_is_a_candidate_and_aligned_without_rotatio
     for src in (1, 4):
         syn = np.flip(training[src], 0).copy() + np.random.default_rng(src).normal(0, 0.005, shape).astype(np.float32)
         refs = {"syn": (syn, np.diag([*SP, 1.0]))} | {f"t{j}": (t, np.diag([*SP, 1.0])) for j, t in enumerate(training)}
-        cand, hyps, sp = al.preselect_volumes(["syn"], [f"t{j}" for j in range(6)], refs.__getitem__, SPACE, 2, 2)
+        cand, hyps, sp, _ = al.preselect_volumes(["syn"], [f"t{j}" for j in range(6)], refs.__getitem__, SPACE, 2, 2)
         assert cand[0][0] == src  # the mirrored copy's source is the best candidate
         pairs = al.align_pair_set(syn, [training[j] for j in cand[0]], SPACE, sp, hyps[0])
         assert pairs[0].transform.flips == (0,) and pairs[0].transform.angle_deg == 0
@@ -305,3 +305,61 @@ def test_summed_squares_equals_the_cumulative_sums_of_squares():
     expected[1:, 1:, 1:] = (a.astype(np.float64) ** 2).cumsum(0).cumsum(1).cumsum(2)
     np.testing.assert_array_equal(sat, expected)
     assert sat[-1, -1, -1] == pytest.approx(float(np.sum(a.astype(np.float64) ** 2)), rel=1e-12)
+
+
+def _hu(v: np.ndarray) -> np.ndarray:
+    """A head() volume in CT-like units: -1,000 (air) outside, soft tissue and bone inside."""
+    return (v * 1400.0 - 1000.0 + 40.0 * (v > 0)).astype(np.float32)
+
+
+def test_shifted_copy_in_hu_is_found_padding_with_the_background():
+    # Issue 29: CT kept in HU (air -1,000) was shifted with zero padding, so every uncovered face
+    # became a 1,000 HU error; shifted copies were never found, and aligned distances exceeded plain.
+    training = [_hu(head(s)) for s in range(30, 36)]
+    rng = np.random.default_rng(5)
+    syn = al._integer_shift(training[2] + 1000.0, (3, -4, 2)) - 1000.0  # a 6-8 mm shift on the 2 mm grid
+    syn = syn + rng.normal(0, 5.0, syn.shape).astype(np.float32)
+    level = al.background_level(training)
+    assert level == -1000.0
+    aligned = al.align_pair_set(syn, training, SPACE, SP, background=level)
+    plain = [rmse(syn, t) for t in training]
+    assert int(np.argmin([p.rmse for p in aligned])) == 2  # the source is the closest after alignment
+    assert aligned[2].rmse < 0.2 * plain[2]  # ... by far: about the added noise
+    assert aligned[2].transform.shift_vox == pytest.approx((-3.0, 4.0, -2.0), abs=0.3)
+    for p, q in zip(aligned, plain):  # never above the plain value (float32 rounding aside)
+        assert p.rmse <= q * (1 + 1e-6)
+    # padding with 0 (water in HU) instead: the shift uncovers air as a 1,000 HU error
+    zero = al.align_pair_set(syn, [training[2]], SPACE, SP, background=0.0)[0]
+    assert zero.rmse > 3 * aligned[2].rmse
+    # coarse-to-fine and the file-based driver give the same answer
+    (c2f,) = al.align_pair_set_coarse_to_fine(syn, [training[2]], SPACE, SP, factor=2, background=level)
+    assert c2f.rmse < 0.2 * plain[2]
+
+
+def test_aligned_never_exceeds_plain_for_an_exact_copy_with_a_subvoxel_search():
+    # an exact copy: the identity is best; a sub-voxel shift (linear interpolation blurs) or a
+    # rotation found on block means must not be reported as a larger distance
+    src = _hu(head(40))
+    for factor in (1, 2):
+        (res,) = al.align_pair_set_coarse_to_fine(src.copy(), [src], SPACE, SP, factor=factor,
+                                                  background=al.background_level([src]))
+        assert res.rmse == 0.0 and res.mae == 0.0 and res.transform.describe(SP) == "identity"
+    other = _hu(head(41))
+    for factor in (1, 2):
+        (res,) = al.align_pair_set_coarse_to_fine(other, [src], SPACE, SP, factor=factor, background=-1000.0)
+        assert res.rmse <= rmse(other, src) * (1 + 1e-6)  # float32 rounding of the subtracted background
+
+
+def test_preselection_block_size_is_in_mm_and_fits_the_memory_budget():
+    # the demo's 3 mm grid keeps its 2x2x2 blocks; a real 1.5 mm grid gets 4x4x4 (6 mm), not 3 mm blocks
+    assert al.preselect_factor(6.0, (61, 73, 61), [3.0] * 3, SPACE, 4e9) == 2
+    real = ((163, 163, 108), [1.5] * 3)
+    assert al.preselect_factor(6.0, *real, SPACE, 4e9) == 4
+    assert al.preselect_stack_bytes(*real, SPACE, 2) > 4e9  # the factor that stopped the user's run
+    # a small budget moves to larger blocks instead of stopping
+    f = al.preselect_factor(6.0, *real, SPACE, 1e8)
+    assert f == 5 and al.preselect_stack_bytes(*real, SPACE, f) <= 1e8
+    # an anisotropic CT grid: one factor from the geometric mean of the spacing
+    assert al.preselect_factor(6.0, (512, 512, 60), [0.75, 0.75, 2.5], SPACE, 4e9) == 5
+    with pytest.raises(ValueError, match="does not fit"):
+        al.preselect_factor(6.0, *real, SPACE, 1e3)

@@ -172,7 +172,7 @@ def test_candidate_alignment_from_files_coarse_to_fine_equals_the_direct_calls()
 
     space = al.SearchSpace(flip_axes=(0,), max_shift_mm=4.0, subvoxel=True)
     refs_s, refs_t = [("s", i) for i in range(2)], [("t", j) for j in range(5)]
-    cand, hyp, spacing = al.preselect_volumes(refs_s, refs_t, load, space, 2, 2)
+    cand, hyp, spacing, _ = al.preselect_volumes(refs_s, refs_t, load, space, 2, 2)
     assert cand[:, 0].tolist() == [1, 3]
     pairs = al.align_candidates(refs_s, refs_t, load, cand, hyp, space, spacing, factor=2)
     for i in range(2):

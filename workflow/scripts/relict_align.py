@@ -42,18 +42,27 @@ with logged(snakemake.log[0]) as log:
         candidates, pairs = np.zeros((n_syn, 0), np.int64), [[] for _ in range(n_syn)]
         t_pre = 0.0
     else:
-        candidates, hypotheses, spacing = al.preselect_volumes(
-            snakemake.input.synthetic, snakemake.input.training, loaded, space, k, int(cfg["preselect_downsample"]),
-            n_hypotheses=int(cfg["hypotheses"]), workers=snakemake.threads,
+        # the stack of moved and shifted rows gets half of the job's memory (resources mem_mb)
+        budget = 0.5 * float(snakemake.resources.get("mem_mb", 8000)) * 2 ** 20
+        factor_pre = al.preselect_factor(float(cfg["preselect_block_mm"]), grid["shape"], grid["spacing_mm"], space,
+                                         budget)
+        log.info("pre-selection on %d-voxel block means (%s mm; preselect_block_mm %s, memory budget %.1f GB)",
+                 factor_pre, " x ".join(f"{factor_pre * s:.2g}" for s in grid["spacing_mm"]),
+                 cfg["preselect_block_mm"], budget / 1e9)
+        candidates, hypotheses, spacing, background = al.preselect_volumes(
+            snakemake.input.synthetic, snakemake.input.training, loaded, space, k, factor_pre,
+            n_hypotheses=int(cfg["hypotheses"]), workers=snakemake.threads, max_stack_bytes=budget,
             progress=Progress(log, "pre-selection on block means: synthetic volumes", n_syn))
         t_pre = time.perf_counter() - start
-        log.info("pre-selection: %d x %d pairs, %d group elements, %.1f s; %d candidates each", n_syn, n_train,
-                 len(space.flips()) * len(space.rotations()), t_pre, k)
+        log.info("pre-selection: %d x %d pairs, %d group elements, %.1f s; %d candidates each; background %.4g "
+                 "(median of the training volumes' faces: what shifts and rotations pad with)", n_syn, n_train,
+                 len(space.flips()) * len(space.rotations()), t_pre, k, background)
         factor = al.refine_factor(cfg.get("coarse_mm"), spacing)
         log.info("full-resolution search: %s", f"coarse-to-fine from {factor}x block means" if factor > 1
                  else "every shift at full resolution")
         pairs = al.align_candidates(snakemake.input.synthetic, snakemake.input.training, loaded, candidates,
                                     hypotheses, space, spacing, workers=snakemake.threads, factor=factor,
+                                    background=background,
                                     progress=Progress(log, "full-resolution alignment: synthetic volumes", n_syn))
     seconds = time.perf_counter() - start
     n_pairs = int(sum(len(r) for r in pairs))

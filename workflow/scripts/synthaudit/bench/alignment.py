@@ -46,10 +46,11 @@ def run(spacing: float, n_synthetic: int, params_file: str, seed: int = 0) -> di
 
     cfg = yaml.safe_load(Path(params_file).read_text())["relict"]["alignment"]
     space = al.SearchSpace.from_params(None if cfg["search"] == "none" else cfg["search"])
-    k, factor = int(cfg["candidates"]), int(cfg["preselect_downsample"])
+    k = int(cfg["candidates"])
     sp = [spacing] * 3
     t0 = time.perf_counter()
     training = _volumes(spacing, k, seed)
+    factor = al.preselect_factor(float(cfg["preselect_block_mm"]), training[0].shape, sp, space, 4e9)
     made_s = time.perf_counter() - t0
     augmentations = [al.Transform(flips=(0,), rotation_axis=2, angle_deg=8.0, shift_vox=(3.0, -2.0, 0.0)),
                      al.Transform(shift_vox=(-4.0, 3.0, 2.0))]
@@ -67,7 +68,7 @@ def run(spacing: float, n_synthetic: int, params_file: str, seed: int = 0) -> di
     align_s = time.perf_counter() - t0
     pairs = n_synthetic * k
     return {"grid": list(training[0].shape), "spacing_mm": spacing, "n_synthetic": n_synthetic, "candidates": k,
-            "search": cfg["search"], "preselect_downsample": factor, "hypotheses": cfg["hypotheses"],
+            "search": cfg["search"], "preselect_factor": factor, "hypotheses": cfg["hypotheses"],
             "group_elements": len(space.flips()) * len(space.rotations()),
             "preselect_s_per_pair": pre_s / pairs, "align_s_per_candidate_pair": align_s / pairs,
             "align_s_per_synthetic_volume": align_s / n_synthetic, "volume_generation_s": made_s,

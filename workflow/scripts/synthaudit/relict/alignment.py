@@ -9,7 +9,7 @@ optionally an intensity affine) that minimises the squared error against each of
 top-K candidates, and MAE/RMSE are measured on the aligned pair.
 
 How it stays affordable (cost linear in the number of synthetic volumes):
-1. Pre-selection, all pairs, on block-averaged volumes (``preselect_downsample``): every
+1. Pre-selection, all pairs, on block-averaged volumes (``preselect_block_mm``): every
    flip and coarse rotation of the synthetic volume, every shift within range at once by
    cross-correlation in the Fourier domain. The K lowest squared errors are the candidates.
 2. Full resolution, K candidates per synthetic volume: the same search, the best rotation
@@ -20,9 +20,19 @@ Squared error for all shifts d at once, with the moved volume zero outside its g
 SSD(d) = sum_x a(x-d)^2 [x in grid] + sum t^2 - 2 sum_x a(x-d) t(x); both sums over x
 are correlations, computed with zero padding so that no shift within range wraps.
 
-The identity is always in the group, and a pair keeps its plain value when that is
-lower, so an aligned distance never exceeds the plain one and the search space ``none``
-reproduces plain RELICT exactly.
+Padding is the data's background, not 0. Every volume is searched and measured with the
+training set's background level subtracted (:func:`background_level`: the median of the
+training volumes' faces), so the zero that shifts and rotations bring in is the background
+itself. MAE and RMSE do not change (both sides move by the same constant). Without it, CT
+kept in HU (air -1,000 HU) got a 1,000 HU error on every face a shift uncovered: on real
+head CT an exact copy aligned by a 0.1 mm shift had MAE 26.8 against 18.2 plain, and
+shifted copies were never found (issue 29).
+
+The identity is always in the group, and every searched pair is compared with its plain
+value: a pair whose aligned RMSE would exceed the plain one keeps the identity (a
+sub-voxel shift that blurs more than it aligns keeps its integer shift), so an aligned
+distance never exceeds the plain one and the search space ``none`` reproduces plain
+RELICT exactly.
 """
 
 from __future__ import annotations
@@ -133,6 +143,23 @@ def block_mean(volume: np.ndarray, factor: int) -> np.ndarray:
     c = _crop_start(v.shape, factor)
     v = v[c[0]:c[0] + s[0] * factor, c[1]:c[1] + s[1] * factor, c[2]:c[2] + s[2] * factor]
     return v.reshape(s[0], factor, s[1], factor, s[2], factor).mean(axis=(1, 3, 5))
+
+
+def edge_level(volume: np.ndarray) -> float:
+    """Median of a volume's six faces: the value around the anatomy (air, -1,000 HU in CT kept
+    in HU; about 0 in MRI and in windowed CT). On a tight crop whose faces cut tissue it is a
+    tissue value, still closer to what lies beyond the grid than an arbitrary 0."""
+    v = np.asarray(volume)
+    faces = [v[0], v[-1], v[:, 0], v[:, -1], v[:, :, 0], v[:, :, -1]]
+    return float(np.median(np.concatenate([np.ravel(f) for f in faces])))
+
+
+def background_level(volumes: Sequence[np.ndarray]) -> float:
+    """The training set's background: the median of its volumes' :func:`edge_level`. One value
+    for the whole search, so that every pair is measured after the same constant shift and
+    MAE/RMSE are exactly those of the volumes as they are."""
+    levels = [edge_level(v) for v in volumes]
+    return float(np.median(levels)) if levels else 0.0
 
 
 def _crop_start(shape: Sequence[int], factor: int) -> list[int]:
@@ -343,45 +370,108 @@ Loader = Callable[[object], tuple[np.ndarray, np.ndarray]]  # a volume's referen
 def preselect_volumes(synthetic: Sequence, training: Sequence, load: Loader, space: SearchSpace, k: int,
                       factor: int, n_hypotheses: int = 2, workers: int = 1,
                       progress: Callable[[int, int], None] | None = None, engine: str = "gemm",
-                      device: str = "cpu") -> tuple[np.ndarray, list[list[list[Hypothesis]]], list[float]]:
+                      device: str = "cpu", background: float | None = None, max_stack_bytes: float = 4e9
+                      ) -> tuple[np.ndarray, list[list[list[Hypothesis]]], list[float], float]:
     """:func:`preselect` on volumes read by ``load``, each read once and kept only block-averaged
     (all of them at full resolution need not fit in memory). ``engine``: "gemm"
     (:func:`preselect_gemm`, the same candidates ~20x faster; ``device`` for its products)
-    or "fft" (:func:`preselect`, the reference).
+    or "fft" (:func:`preselect`, the reference). ``background`` is subtracted from every
+    volume first, so that shifts and rotations pad with it; None: the training volumes'
+    :func:`background_level`, measured as they are read.
 
     Returns:
-        ``(candidates, hypotheses, spacing_mm)``; the full-resolution spacing is the first
-        synthetic volume's (the caller checks that all share one grid).
+        ``(candidates, hypotheses, spacing_mm, background)``; the full-resolution spacing is the
+        first training volume's (the caller checks that all share one grid); pass ``background``
+        on to :func:`align_candidates`.
     """
     spacing = None
-    small_syn, small_train, mirrored = [], [], []
-    for ref in synthetic:
+    small_syn, small_train, mirrored, levels = [], [], [], []
+    raw_train = []
+    for ref in training:
         v, affine = load(ref)
         spacing = spacing if spacing is not None else [float(x) for x in spacing_from_affine(affine)]
+        levels.append(edge_level(v))
+        raw_train.append(block_mean(v, factor))
+    if background is None:
+        background = float(np.median(levels)) if levels else 0.0
+    # block means of (v - c) are the block means of v less c (up to float32 rounding)
+    small_train = [_less(b, background) for b in raw_train]
+    del raw_train
+    for ref in synthetic:
+        v = _less(load(ref)[0], background)
         small_syn.append(block_mean(v, factor))
         # the block means of each mirrored volume, not the mirrored block means: on an axis whose
         # remainder n mod factor is odd the block grid is not symmetric, and mirroring block means
         # is half a block off (the demo's 61 voxels in 2-blocks: mirrored replicas fell out of the K)
         mirrored.append({f: block_mean(np.flip(v, axis=f), factor) for f in space.flips() if f})
-    for ref in training:
-        small_train.append(block_mean(load(ref)[0], factor))
     sp = [s * factor for s in spacing]
     if engine == "gemm":
         candidates, hypotheses, _ = preselect_gemm(small_syn, small_train, space, sp, k, n_hypotheses=n_hypotheses,
                                                    device=device, threads=workers, progress=progress,
-                                                   mirrored=mirrored)
+                                                   mirrored=mirrored, max_stack_bytes=max_stack_bytes)
     elif engine == "fft":
         candidates, hypotheses = preselect(small_syn, small_train, space, sp, k, factor=1, n_hypotheses=n_hypotheses,
                                            workers=workers, progress=progress, mirrored=mirrored)
     else:
         raise ValueError(f"unknown pre-selection engine {engine!r}; known: gemm, fft")
-    return candidates, hypotheses, spacing
+    return candidates, hypotheses, spacing, background
+
+
+def preselect_stack_bytes(shape: Sequence[int], spacing_mm: Sequence[float], space: SearchSpace,
+                          factor: int) -> int:
+    """Bytes of :func:`preselect_gemm`'s stack (every moved and shifted row of one synthetic
+    volume) for ``factor``-block means of a ``shape`` grid."""
+    n_vox = int(np.prod([n // factor for n in shape]))
+    n_shift = int(np.prod([2 * m + 1 for m in _shift_vox(space, spacing_mm, factor)]))
+    return len(space.flips()) * len(space.rotations()) * n_shift * n_vox * 4
+
+
+def preselect_factor(block_mm: float, shape: Sequence[int], spacing_mm: Sequence[float], space: SearchSpace,
+                     max_bytes: float) -> int:
+    """Block-mean factor of the pre-selection: blocks of about ``block_mm`` (params
+    ``relict.alignment.preselect_block_mm``), larger where the stack would not fit in
+    ``max_bytes`` (the job's memory budget).
+
+    Why in mm: a factor in voxels meant 6 mm blocks on the demo's 3 mm grid and 3 mm blocks on
+    a user's 1.5 mm grid, whose stack (26 group elements x 343 shifts x 354,294 voxels, 12.6 GB)
+    stopped the run (issue 29). One factor serves all axes (block means are cubes of voxels);
+    it follows the geometric mean of the spacing, so an anisotropic grid gets blocks near
+    ``block_mm`` on average.
+    """
+    if block_mm <= 0:
+        raise ValueError(f"preselect_block_mm must be > 0, got {block_mm}")
+    mean_mm = float(np.prod([float(s) for s in spacing_mm])) ** (1 / 3)
+    factor = max(1, int(round(float(block_mm) / mean_mm)))
+    smallest = min(int(n) for n in shape)
+    while preselect_stack_bytes(shape, spacing_mm, space, factor) > max_bytes:
+        if factor >= smallest // 2:
+            raise ValueError(f"pre-selection: the group search does not fit in {max_bytes / 1e9:.2f} GB even on "
+                             f"{factor}-voxel blocks of the {list(shape)} grid; give the job more memory "
+                             "(resources mem_mb in the profile) or search fewer rotations or shifts")
+        factor += 1
+    return factor
+
+
+def _less(v: np.ndarray, background: float) -> np.ndarray:
+    """float32 ``v - background`` (``v`` itself when the background is 0)."""
+    v = np.asarray(v, np.float32)
+    return v - np.float32(background) if background else v
+
+
+def _restore_offsets(pairs: list[PairResult], background: float) -> list[PairResult]:
+    """Intensity fits made on background-subtracted volumes, in the volumes' own units:
+    y - c = a (x - c) + b  <=>  y = a x + b + c (1 - a)."""
+    if background:
+        for p in pairs:
+            if p.transform.scale != 1.0 or p.transform.offset != 0.0:
+                p.transform.offset = float(p.transform.offset + background * (1.0 - p.transform.scale))
+    return pairs
 
 
 def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, candidates: np.ndarray,
                      hypotheses: Sequence[Sequence[Sequence[Hypothesis]]], space: SearchSpace,
                      spacing_mm: Sequence[float], workers: int = 1, progress: Callable[[int], None] | None = None,
-                     cache_bytes: float = 2e9, factor: int = 1) -> list[list[PairResult]]:
+                     cache_bytes: float = 2e9, factor: int = 1, background: float = 0.0) -> list[list[PairResult]]:
     """The full-resolution search (:func:`align_pair_set`, or with ``factor`` > 1
     :func:`align_pair_set_coarse_to_fine` from ``factor``-block means) of every synthetic
     volume against its candidates.
@@ -389,24 +479,26 @@ def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, cand
     Candidate lists of different synthetic volumes overlap (the same few training scans
     are close to many), so training volumes are kept in a bounded cache instead of being
     read K times per synthetic volume; at least K fit, about ``cache_bytes`` in all.
-    Cached volumes are read-only: they are shared between pairs.
+    Cached volumes are read-only: they are shared between pairs. ``background``: as in
+    :func:`preselect_volumes` (subtracted once per volume read).
     """
     k = candidates.shape[1]
 
     def read(j: int) -> np.ndarray:
-        v = load(training[j])[0]
+        v = _less(load(training[j])[0], background)
         v.setflags(write=False)
         return v
 
     training_volume = None
     pairs = []
     for i, ref in enumerate(synthetic):
-        s = load(ref)[0]
+        s = _less(load(ref)[0], background)
         if training_volume is None:
             training_volume = functools.lru_cache(maxsize=max(k, int(cache_bytes // max(s.nbytes, 1))))(read)
         targets = [training_volume(int(j)) for j in candidates[i]]
-        pairs.append(align_pair_set_coarse_to_fine(s, targets, space, spacing_mm, hypotheses[i], factor=factor,
-                                                   workers=workers))
+        found = align_pair_set_coarse_to_fine(s, targets, space, spacing_mm, hypotheses[i], factor=factor,
+                                              workers=workers)
+        pairs.append(_restore_offsets(found, background))
         if progress:
             progress(i + 1)
     return pairs
@@ -490,14 +582,18 @@ def _aligned(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
 
 def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
                    spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None = None,
-                   workers: int = 1) -> list[PairResult]:
+                   workers: int = 1, background: float = 0.0) -> list[PairResult]:
     """Align one synthetic volume to each target at full resolution; MAE and RMSE of each aligned pair.
 
     ``hypotheses[j]``: the (flips, axis, angle) to try for target j (from :func:`preselect`);
     None tries the whole group for every target. Every shift in range is tried for each,
-    then the best angle is refined locally and the shift to sub-voxel precision.
+    then the best angle is refined locally and the shift to sub-voxel precision (kept only
+    where it lowers the squared error: linear interpolation blurs). A pair whose aligned RMSE
+    exceeds the plain one keeps the identity. ``background`` is subtracted from every volume
+    first (:func:`background_level`): shifts and rotations pad with it.
     """
-    s = np.asarray(s, np.float32)
+    s = _less(s, background)
+    targets = [_less(t, background) for t in targets]
     search = ShiftSearch(s.shape, _shift_vox(space, spacing_mm), workers)
     fixed = [search.fixed(t) for t in targets]
     best, moved = _group_search(s, fixed, search, space, spacing_mm, hypotheses)
@@ -505,13 +601,37 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
     for j, t in enumerate(targets):
         tr = best[j][1]
         vol, mov = moved(tr.flips, tr.rotation_axis, tr.angle_deg)
+        measured = _measured(vol, t, tr, space, spacing_mm, exact=True)
         if space.subvoxel and any(_shift_vox(space, spacing_mm)):
-            tr.shift_vox, _ = search.best(search.ssd(mov, fixed[j]), subvoxel=True)
-        t = np.asarray(t, np.float32)
-        aligned = _aligned(vol, t, tr, space, spacing_mm)
+            sub = Transform(tr.flips, tr.rotation_axis, tr.angle_deg,
+                            search.best(search.ssd(mov, fixed[j]), subvoxel=True)[0])
+            if sub.shift_vox != tr.shift_vox:
+                measured = min(measured, _measured(vol, t, sub, space, spacing_mm, exact=True), key=lambda p: p.rmse)
+        out.append(_never_above_plain(measured, s, t, exact=True))
+    return _restore_offsets(out, background)
+
+
+def _measured(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
+              spacing_mm: Sequence[float], exact: bool = False) -> PairResult:
+    """MAE and RMSE of the moved volume ``vol`` shifted (and intensity-fitted) by ``tr`` against ``t``
+    (``exact``: from the float64 difference, the reference path's definition)."""
+    tr = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, tr.shift_vox)
+    aligned = _aligned(vol, t, tr, space, spacing_mm)
+    if exact:
         diff = aligned.astype(np.float64) - t
-        out.append(PairResult(tr, float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean()))))
-    return out
+        return PairResult(tr, float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
+    return PairResult(tr, *_pair_measures(aligned, t))
+
+
+def _never_above_plain(found: PairResult, s: np.ndarray, t: np.ndarray, exact: bool = False) -> PairResult:
+    """``found``, or the identity with the plain values when those are lower (the identity is in
+    the group: an aligned RMSE above the plain one is a search that lost, never a distance)."""
+    if exact:
+        diff = np.asarray(s, np.float64) - np.asarray(t, np.float64)
+        plain = PairResult(Transform(), float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
+    else:
+        plain = PairResult(Transform(), *_pair_measures(s, t))
+    return plain if plain.rmse < found.rmse else found
 
 
 def aligned_matrices(plain: dict[str, np.ndarray], candidates: np.ndarray,
@@ -1013,7 +1133,7 @@ def coarse_aligned_mse(s: np.ndarray, targets: Sequence[np.ndarray], space: Sear
 def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
                                   spacing_mm: Sequence[float],
                                   hypotheses: Sequence[Sequence[Hypothesis]] | None = None, factor: int = 2,
-                                  workers: int = 1) -> list[PairResult]:
+                                  workers: int = 1, background: float = 0.0) -> list[PairResult]:
     """:func:`align_pair_set` searched on ``factor``-block means, then refined at full resolution.
 
     Why: at 1 mm every hypothesis costs a full-grid FFT correlation per pair (~2 s per pair
@@ -1023,12 +1143,14 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
     and transform, shared by its candidates) and its shift refined by :class:`LocalShift`
     from the coarse optimum (a descent to a local minimum of the exact squared error), then
     to sub-voxel precision. The reported MAE/RMSE are those of the returned transform
-    applied with :func:`apply`, as in :func:`align_pair_set`. ``factor`` <= 1 is
-    :func:`align_pair_set` itself.
+    applied with :func:`apply`, as in :func:`align_pair_set` (sub-voxel shift only where it
+    lowers the squared error; the identity where the plain RMSE is lower; ``background``
+    subtracted first). ``factor`` <= 1 is :func:`align_pair_set` itself.
     """
     if factor <= 1:
-        return align_pair_set(s, targets, space, spacing_mm, hypotheses, workers=workers)
-    s = np.asarray(s, np.float32)
+        return align_pair_set(s, targets, space, spacing_mm, hypotheses, workers=workers, background=background)
+    s = _less(s, background)
+    targets = [_less(t, background) for t in targets]
     best, _ = _coarse_search(s, targets, space, spacing_mm, hypotheses, factor, workers)
 
     local = LocalShift(s.shape, _shift_vox(space, spacing_mm))
@@ -1055,14 +1177,19 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
         keys = [(tr.flips, tr.rotation_axis, tr.angle_deg)]
         if tr.rotation_axis >= 0 and tr.angle_deg != 0:
             keys.append((tr.flips, -1, 0.0))
-        found = [(local.descend(moved(key)[1], fixed, start, subvoxel=space.subvoxel), key) for key in keys]
+        found = [(local.descend(moved(key)[1], fixed, start, subvoxel=False), key) for key in keys]
         (shift, _), key = min(found, key=lambda f: f[0][1])
         tr.flips, tr.rotation_axis, tr.angle_deg = key[0], key[1], key[2]
         tr.shift_vox = shift
         vol = moved(key)[0]
-        aligned = _aligned(vol, t, tr, space, spacing_mm)
-        out.append(PairResult(tr, *_pair_measures(aligned, t)))
-    return out
+        measured = _measured(vol, t, tr, space, spacing_mm)
+        if space.subvoxel:
+            sub, _ = local.descend(moved(key)[1], fixed, [int(x) for x in shift], subvoxel=True)
+            if sub != shift:
+                tr_sub = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, sub)
+                measured = min(measured, _measured(vol, t, tr_sub, space, spacing_mm), key=lambda p: p.rmse)
+        out.append(_never_above_plain(measured, s, t))
+    return _restore_offsets(out, background)
 
 
 def refine_factor(coarse_mm: float | None, spacing_mm: Sequence[float]) -> int:
