@@ -47,7 +47,8 @@ import numpy as np
 from scipy import fft as sfft
 
 from ..io import spacing_from_affine
-from .geometry import rotate
+from .geometry import axis_rotation, matrix_rotvec, rigid_warp, rotate
+from .geometry import rotvec_matrix as _rotvec_matrix
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class SearchSpace:
     rotation_deg: coarse grid of angles tried about each axis in ``rotation_axes``
         (0 is always included); the best is refined by half the smallest step either side.
     intensity_affine: after alignment, fit training ~ a * synthetic + b (least squares).
+    refine_top: the closest candidates of each synthetic volume whose rotation and shift are
+        then refined jointly about any 3D axis (:func:`refine_rigid`); 0: the grid only.
+    refine_block_mm: block-mean size of that refinement.
     """
 
     flip_axes: tuple[int, ...] = ()
@@ -68,6 +72,8 @@ class SearchSpace:
     rotation_deg: tuple[float, ...] = ()
     rotation_axes: tuple[int, ...] = (0, 1, 2)
     intensity_affine: bool = False
+    refine_top: int = 0
+    refine_block_mm: float = 3.0
 
     @classmethod
     def from_params(cls, p: dict | None) -> "SearchSpace":
@@ -77,7 +83,8 @@ class SearchSpace:
                    max_shift_mm=float(p.get("max_shift_mm") or 0.0), subvoxel=bool(p.get("subvoxel", False)),
                    rotation_deg=tuple(float(a) for a in p.get("rotation_deg") or () if float(a) != 0.0),
                    rotation_axes=tuple(int(a) for a in p.get("rotation_axes", (0, 1, 2))),
-                   intensity_affine=bool(p.get("intensity_affine", False)))
+                   intensity_affine=bool(p.get("intensity_affine", False)),
+                   refine_top=int(p.get("refine_top") or 0), refine_block_mm=float(p.get("refine_block_mm") or 3.0))
 
     @property
     def is_identity(self) -> bool:
@@ -96,6 +103,11 @@ class SearchSpace:
             out += [(ax, a) for ax in sorted(set(self.rotation_axes)) for a in sorted(set(self.rotation_deg))]
         return out
 
+    @property
+    def max_angle_deg(self) -> float:
+        """The largest rotation in the group (0 without rotations)."""
+        return max((abs(a) for a in self.rotation_deg), default=0.0)
+
     def refine_step(self) -> float:
         """Half the smallest gap of the coarse angle grid (0 included)."""
         grid = sorted(set(self.rotation_deg) | {0.0})
@@ -106,7 +118,12 @@ class SearchSpace:
 @dataclass
 class Transform:
     """How a synthetic volume is mapped into the training frame: flip, then rotate about
-    the grid centre, then shift; then intensity ``scale * x + offset``."""
+    the grid centre, then shift; then intensity ``scale * x + offset``.
+
+    The rotation is either one grid element (``rotation_axis``, ``angle_deg``) or, after
+    :func:`refine_rigid`, any rotation: ``rotvec_deg``, the rotation vector (axis times
+    angle in degrees) in the grid's physical axes, which then replaces the other two.
+    """
 
     flips: tuple[int, ...] = ()
     rotation_axis: int = -1
@@ -114,11 +131,28 @@ class Transform:
     shift_vox: tuple[float, float, float] = (0.0, 0.0, 0.0)
     scale: float = 1.0
     offset: float = 0.0
+    rotvec_deg: tuple[float, float, float] | None = None
+
+    def rotation_matrix(self) -> np.ndarray:
+        """The rotation as a 3x3 matrix in physical axes (:func:`rotate`'s convention)."""
+        if self.rotvec_deg is not None:
+            return _rotvec_matrix(np.deg2rad(np.asarray(self.rotvec_deg, float)))
+        return axis_rotation(self.rotation_axis, self.angle_deg)
+
+    @property
+    def total_angle_deg(self) -> float:
+        if self.rotvec_deg is not None:
+            return float(np.linalg.norm(self.rotvec_deg))
+        return abs(self.angle_deg) if self.rotation_axis >= 0 else 0.0
 
     def describe(self, spacing_mm: Sequence[float]) -> str:
-        """E.g. ``flip0 rot2=+7.5deg shift=(2.0,-4.0,0.0)mm``; ``identity`` for none."""
+        """E.g. ``flip0 rot2=+7.5deg shift=(2.0,-4.0,0.0)mm``, ``rot=(+1.2,-4.0,+0.3)deg`` for a
+        refined rotation (its rotation vector); ``identity`` for none."""
         parts = [f"flip{''.join(str(a) for a in self.flips)}"] if self.flips else []
-        if self.rotation_axis >= 0 and self.angle_deg != 0:
+        if self.rotvec_deg is not None:
+            if any(abs(a) > 1e-6 for a in self.rotvec_deg):
+                parts.append("rot=(" + ",".join(f"{a:+.1f}" for a in self.rotvec_deg) + ")deg")
+        elif self.rotation_axis >= 0 and self.angle_deg != 0:
             parts.append(f"rot{self.rotation_axis}={self.angle_deg:+.1f}deg")
         if any(abs(s) > 1e-6 for s in self.shift_vox):
             mm = [s * float(sp) for s, sp in zip(self.shift_vox, spacing_mm)]
@@ -172,6 +206,12 @@ def apply(volume: np.ndarray, t: Transform, spacing_mm: Sequence[float]) -> np.n
     out = np.asarray(volume, np.float32)
     if t.flips:
         out = np.flip(out, axis=t.flips)
+    if t.rotvec_deg is not None:  # any rotation and the shift in one interpolation
+        out = rigid_warp(np.ascontiguousarray(out), t.rotation_matrix(),
+                         np.asarray(t.shift_vox, float) * np.asarray(spacing_mm, float), spacing_mm)
+        if t.scale != 1.0 or t.offset != 0.0:
+            out = out * np.float32(t.scale) + np.float32(t.offset)
+        return np.asarray(out, np.float32)
     out = rotate(np.ascontiguousarray(out), t.rotation_axis, t.angle_deg, spacing_mm)
     if any(s != 0 for s in t.shift_vox):
         if all(float(s).is_integer() for s in t.shift_vox):
@@ -571,6 +611,11 @@ def _aligned(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
     """The moved (flipped and rotated) synthetic volume ``vol`` shifted by ``tr.shift_vox`` and,
     with ``intensity_affine``, mapped by the least-squares fit t ~ a x + b (stored in ``tr``)."""
     aligned = apply(vol, Transform(shift_vox=tr.shift_vox), spacing_mm)
+    return _fit_intensity(aligned, t, tr, space)
+
+
+def _fit_intensity(aligned: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace) -> np.ndarray:
+    """With ``intensity_affine``: the least-squares fit t ~ a x + b applied (and stored in ``tr``)."""
     if space.intensity_affine:
         x, y = aligned.ravel().astype(np.float64), t.ravel().astype(np.float64)
         var = x.var()
@@ -607,7 +652,9 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
                             search.best(search.ssd(mov, fixed[j]), subvoxel=True)[0])
             if sub.shift_vox != tr.shift_vox:
                 measured = min(measured, _measured(vol, t, sub, space, spacing_mm, exact=True), key=lambda p: p.rmse)
-        out.append(_never_above_plain(measured, s, t, exact=True))
+        out.append(measured)
+    out = _refine_closest(out, s, targets, space, spacing_mm, exact=True)
+    out = [_never_above_plain(p, s, t, exact=True) for p, t in zip(out, targets)]
     return _restore_offsets(out, background)
 
 
@@ -621,6 +668,101 @@ def _measured(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
         diff = aligned.astype(np.float64) - t
         return PairResult(tr, float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
     return PairResult(tr, *_pair_measures(aligned, t))
+
+
+def _refine_closest(found: list[PairResult], s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace,
+                    spacing_mm: Sequence[float], exact: bool = False) -> list[PairResult]:
+    """The ``space.refine_top`` closest pairs with their rotation and shift refined jointly
+    (:func:`refine_rigid`); a refined pair replaces the grid's only where its RMSE is lower.
+
+    Why: the grid rotates about one voxel axis at a time, but a generator's augmentation
+    (MONAI's RandAffine, say) rotates about all three at once. On a real T1 head at 1.5 mm, a
+    copy rotated 4-8 degrees about a random axis kept an RMSE of 8.8-13.4 after the grid
+    search against 5.1-8.2 at its true pose (noise 2); the joint refinement on 3 mm block means
+    reached 0.04-0.4 degrees of the true rotation. The closest few pairs are where a copy's
+    source is, and where the ratio's numerator comes from.
+    """
+    if space.refine_top <= 0 or (space.max_angle_deg <= 0 and space.max_shift_mm <= 0) or not found:
+        return found
+    out = list(found)
+    for j in np.argsort([p.rmse for p in out], kind="stable")[: space.refine_top]:
+        t = np.asarray(targets[j], np.float32)
+        tr = refine_rigid(s, t, out[j].transform, space, spacing_mm)
+        if tr is None:
+            continue
+        aligned = _fit_intensity(apply(s, tr, spacing_mm), t, tr, space)
+        if exact:
+            diff = aligned.astype(np.float64) - t
+            measured = PairResult(tr, float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
+        else:
+            measured = PairResult(tr, *_pair_measures(aligned, t))
+        if measured.rmse < out[j].rmse:
+            out[j] = measured
+    return out
+
+
+def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSpace, spacing_mm: Sequence[float],
+                 iterations: int = 15) -> Transform | None:
+    """The rotation (about any 3D axis) and shift of ``start`` refined jointly by damped
+    Gauss-Newton (Levenberg-Marquardt) on the squared error, on block means of about
+    ``space.refine_block_mm``; the flip is kept.
+
+    The aligned volume A(p) = S(R^T (p - c - d) + c) (:func:`~synthaudit.relict.geometry.rigid_warp`)
+    moves, for a small rotation w and shift e, by -grad A . (w x (p - c - d) + e): the six
+    Jacobian columns are -(p - c - d) x grad A and -grad A (the Lucas-Kanade form), and a step
+    is kept only when the squared error falls. Both volumes are background-subtracted already
+    (the caller's), so the zero that the warp brings in is the background.
+
+    Returns:
+        The refined transform (``rotvec_deg``, ``shift_vox``), or None when it leaves the
+        group: a rotation beyond ``max_angle_deg`` plus the grid's refinement step, or a shift
+        beyond ``max_shift_mm`` on any axis (the search stays within the augmentations asked for).
+    """
+    sp = np.asarray(spacing_mm, float)
+    q = max(1, int(round(space.refine_block_mm / float(np.prod(sp)) ** (1 / 3))))
+    base = np.ascontiguousarray(np.flip(s, axis=start.flips)) if start.flips else np.asarray(s, np.float32)
+    small_s, small_t = block_mean(base, q), block_mean(t, q)
+    # the full grid's centre in block coordinates (block b covers voxels c0 + q b ... + q - 1)
+    centre = ((np.asarray(s.shape, float) - 1) / 2 - np.asarray(_crop_start(s.shape, q)) - (q - 1) / 2) / q
+    sp_b = sp * q
+    rel = (np.indices(small_s.shape, dtype=np.float64).reshape(3, -1).T - centre) * sp_b  # p - c
+    target = small_t.ravel().astype(np.float64)
+    rot, shift = start.rotation_matrix(), np.asarray(start.shift_vox, float) * sp
+
+    def error(r, d):
+        a = rigid_warp(small_s, r, d, sp_b, centre)
+        return a, float(np.sum((a.ravel().astype(np.float64) - target) ** 2))
+
+    moved, err = error(rot, shift)
+    damping = 1e-3
+    for _ in range(iterations):
+        grad = np.stack(np.gradient(moved.astype(np.float64), *sp_b), axis=-1).reshape(-1, 3)
+        jac = -np.concatenate([np.cross(rel - shift, grad), grad], axis=1)
+        resid = moved.ravel().astype(np.float64) - target
+        h, b = jac.T @ jac, jac.T @ resid
+        scale = np.diag(h) + 1e-12 * (np.trace(h) + 1e-300)
+        improved = False
+        while damping < 1e4:
+            try:
+                step = -np.linalg.solve(h + damping * np.diag(scale), b)
+            except np.linalg.LinAlgError:
+                damping *= 10
+                continue
+            r_new, d_new = _rotvec_matrix(step[:3]) @ rot, shift + step[3:]
+            m_new, e_new = error(r_new, d_new)
+            if e_new < err:
+                rot, shift, moved, err, improved = r_new, d_new, m_new, e_new, True
+                damping = max(damping / 10, 1e-7)
+                break
+            damping *= 10
+        if not improved or (np.degrees(np.abs(step[:3])).max() < 1e-3 and np.abs(step[3:]).max() < 1e-3):
+            break
+    rotvec = np.degrees(matrix_rotvec(rot))
+    if np.linalg.norm(rotvec) > space.max_angle_deg + space.refine_step() + 1e-9 or \
+            np.any(np.abs(shift) > space.max_shift_mm + 1e-9):
+        return None
+    return Transform(flips=start.flips, shift_vox=tuple(float(x) for x in shift / sp),
+                     rotvec_deg=tuple(float(x) for x in rotvec))
 
 
 def _never_above_plain(found: PairResult, s: np.ndarray, t: np.ndarray, exact: bool = False) -> PairResult:
@@ -662,7 +804,7 @@ def aligned_matrices(plain: dict[str, np.ndarray], candidates: np.ndarray,
 def alignment_columns(measures: Sequence[str]) -> list[str]:
     """Columns of alignment.tsv."""
     return ["synthetic_id", "candidate_rank", "training_id", "transform", "flip_axes", "rotation_axis", "angle_deg",
-            "shift_x_mm", "shift_y_mm", "shift_z_mm"] + [f"{m}_{k}" for m in measures for k in ("plain", "aligned")]
+            "rotation_vector_deg", "shift_x_mm", "shift_y_mm", "shift_z_mm"] + [f"{m}_{k}" for m in measures for k in ("plain", "aligned")]
 
 
 def alignment_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], candidates: np.ndarray,
@@ -675,7 +817,9 @@ def alignment_rows(synthetic_ids: Sequence[str], training_ids: Sequence[str], ca
             t = pr.transform
             r = {"synthetic_id": synthetic_ids[i], "candidate_rank": rank, "training_id": training_ids[j],
                  "transform": t.describe(spacing_mm), "flip_axes": "".join(map(str, t.flips)),
-                 "rotation_axis": t.rotation_axis if t.angle_deg else "", "angle_deg": t.angle_deg,
+                 "rotation_axis": "any" if t.rotvec_deg is not None else (t.rotation_axis if t.angle_deg else ""),
+                 "angle_deg": t.total_angle_deg if t.rotvec_deg is not None else t.angle_deg,
+                 "rotation_vector_deg": ",".join(f"{a:.3f}" for a in t.rotvec_deg) if t.rotvec_deg is not None else "",
                  **{f"shift_{a}_mm": t.shift_vox[n] * spacing_mm[n] for n, a in enumerate("xyz")}}
             for m, values in plain.items():
                 r[f"{m}_plain"], r[f"{m}_aligned"] = float(values[i, j]), float(getattr(pr, m))
@@ -1188,7 +1332,9 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
             if sub != shift:
                 tr_sub = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, sub)
                 measured = min(measured, _measured(vol, t, tr_sub, space, spacing_mm), key=lambda p: p.rmse)
-        out.append(_never_above_plain(measured, s, t))
+        out.append(measured)
+    out = _refine_closest(out, s, targets, space, spacing_mm)
+    out = [_never_above_plain(p, s, t) for p, t in zip(out, targets)]
     return _restore_offsets(out, background)
 
 

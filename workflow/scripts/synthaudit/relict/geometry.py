@@ -59,3 +59,50 @@ def rotate(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence
     with ThreadPoolExecutor(n_slabs) as pool:
         list(pool.map(slab, range(n_slabs)))
     return out
+
+
+def axis_rotation(axis: int, angle_deg: float) -> np.ndarray:
+    """The 3x3 matrix :func:`rotate` applies for ``axis`` and ``angle_deg`` (identity for axis -1)."""
+    rot = np.eye(3)
+    if axis < 0 or angle_deg == 0:
+        return rot
+    a, b = [i for i in range(3) if i != axis]
+    c, s = math.cos(math.radians(angle_deg)), math.sin(math.radians(angle_deg))
+    rot[a, a], rot[a, b], rot[b, a], rot[b, b] = c, -s, s, c
+    return rot
+
+
+def rotvec_matrix(rotvec_rad: Sequence[float]) -> np.ndarray:
+    """Rotation matrix of a rotation vector (axis times angle, radians): Rodrigues' formula."""
+    w = np.asarray(rotvec_rad, float)
+    theta = float(np.linalg.norm(w))
+    if theta < 1e-15:
+        return np.eye(3)
+    k = w / theta
+    kx = np.array([[0, -k[2], k[1]], [k[2], 0, -k[0]], [-k[1], k[0], 0]])
+    return np.eye(3) + math.sin(theta) * kx + (1 - math.cos(theta)) * kx @ kx
+
+
+def matrix_rotvec(rot: np.ndarray) -> np.ndarray:
+    """Rotation vector (radians) of a rotation matrix: the inverse of :func:`rotvec_matrix`."""
+    from scipy.spatial.transform import Rotation
+
+    return Rotation.from_matrix(np.asarray(rot, float)).as_rotvec()
+
+
+def rigid_warp(volume: np.ndarray, rot: np.ndarray, shift_mm: Sequence[float], spacing_mm: Sequence[float],
+               centre_vox: Sequence[float] | None = None, order: int = 1) -> np.ndarray:
+    """Rotate by ``rot`` about the grid centre, then shift by ``shift_mm``, in one interpolation:
+    out(p) = in(R^T (p - c - t) + c) in physical coordinates (:func:`rotate` then a shift, the
+    alignment's convention); zero outside.
+
+    ``centre_vox``: where the rotation centre lies in this array's voxel coordinates (the grid
+    centre by default; block means of a larger grid pass the full grid's centre in block units).
+    """
+    sp = np.asarray(spacing_mm, float)
+    rot = np.asarray(rot, float)
+    centre = (np.asarray(volume.shape, float) - 1) / 2 if centre_vox is None else np.asarray(centre_vox, float)
+    m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
+    offset = centre - m @ centre - (rot.T @ np.asarray(shift_mm, float)) / sp
+    return ndimage.affine_transform(np.asarray(volume, np.float32), m, offset=offset, order=order, mode="constant",
+                                    cval=0.0)
