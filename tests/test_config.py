@@ -58,7 +58,8 @@ def test_cross_field_rules(params):
     p = copy.deepcopy(params)
     demo = p["datasets"]["ncct_demo"]["demo"]
     demo["n_heldout_patients"] = demo["n_patients"]
-    p["datasets"]["ncct_demo"]["preprocess"]["registration"]["shrink_factors"] = [4, 2, 1]
+    reg = p["datasets"]["ncct_demo"]["preprocess"]["registration"]
+    reg["shrink_factors"] = [4] * (len(reg["smoothing_sigmas_vox"]) + 1)  # one level more than the sigmas
     msg = _error(p)
     assert "n_heldout_patients" in msg and "shrink_factors" in msg
 

@@ -1,5 +1,6 @@
-# Preprocessing (RELICT 2.1): affine registration of every scan to the MNI template,
-# resampling onto the ROI grid, intensity window; per-scan QC and a montage.
+# Preprocessing (RELICT 2.1): affine registration of every scan to the MNI template (or, with
+# registration.target: reference, to the dataset's first training scan, itself registered to the
+# template once), resampling onto the ROI grid, intensity window; per-scan QC and a montage.
 
 
 rule template:
@@ -22,8 +23,34 @@ rule template:
         "../scripts/template.py"
 
 
+# registration.target: reference: the first training scan registered to the template once and
+# kept in its own space (binned to spacing_mm), with the template's region as the metric's mask;
+# every scan is then registered to it and resampled through both transforms at once
+rule registration_reference:
+    input:
+        reference=registration_reference_image,
+        template="results/preprocessed/{dataset}/template.nii.gz",
+    output:
+        image="results/preprocessed/{dataset}/registration_reference.nii.gz",
+        mask="results/preprocessed/{dataset}/registration_reference_mask.nii.gz",
+        transform="results/preprocessed/{dataset}/registration_reference.tfm",
+        qc="results/preprocessed/{dataset}/registration_reference.json",
+    log:
+        "logs/registration_reference/{dataset}.log",
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+    threads: 1
+    resources:
+        mem_mb=4000,
+    conda:
+        "../../envs/imaging.yaml"
+    script:
+        "../scripts/registration_reference.py"
+
+
 rule preprocess_scan_labelled:
     input:
+        unpack(registration_target),  # registration.target: reference: the registered reference scan
         image=raw_image,
         label=raw_label,
         grid="results/preprocessed/{dataset}/grid.json",
@@ -55,6 +82,7 @@ rule preprocess_scan_labelled:
 # datasets where some scans have no label: images and labels in separate jobs
 use rule preprocess_scan_labelled as preprocess_scan with:
     input:
+        unpack(registration_target),
         image=raw_image,
         grid="results/preprocessed/{dataset}/grid.json",
         template="results/preprocessed/{dataset}/template.nii.gz",
@@ -107,6 +135,7 @@ rule preprocess_qc:
         "logs/preprocess_qc/{dataset}.log",
     params:
         ids=lambda wc: [s.id for s in plan(wc).scans],
+        patients=lambda wc: [s.patient_id for s in plan(wc).scans],
         min_correlation=lambda wc: ds_cfg(wc)["preprocess"].get("registration", {}).get("qc_min_correlation"),
     threads: 1
     resources:

@@ -8,13 +8,17 @@ import SimpleITK as sitk
 
 from synthaudit.io import atomic_path, load_volume, save_volume, write_json
 from synthaudit.logs import logged
-from synthaudit.preprocess.pipeline import preprocess_image, preprocess_label
+from synthaudit.preprocess.pipeline import load_registration_target, preprocess_image, preprocess_label
 from synthaudit.segment.labels import check_labels
 
 with logged(snakemake.log[0]) as log:
     pre = snakemake.params.preprocess
     grid = json.loads(open(snakemake.input.grid).read())
-    template = load_volume(snakemake.input.template)
+    if "reference_transform" in snakemake.input.keys():  # registration.target: reference
+        template = load_registration_target(snakemake.input.reference, snakemake.input.reference_mask,
+                                            snakemake.input.reference_transform)
+    else:
+        template = load_volume(snakemake.input.template)
     template_roi, _ = load_volume(snakemake.input.template_roi)
     log.info("preprocessing %s", snakemake.input.image)
     labelled = "label" in snakemake.output.keys()
@@ -37,6 +41,9 @@ with logged(snakemake.log[0]) as log:
     with atomic_path(snakemake.output.transform) as tmp:
         sitk.WriteTransform(transform if transform is not None else sitk.Transform(3, sitk.sitkIdentity),
                             str(tmp))
+    if qc.get("converged") is False:
+        log.warning("registration stopped at the iteration cap on %d level(s) (registration.iterations %s): "
+                    "the result may depend on the head's pose", qc["levels_at_cap"], qc["max_iterations"])
     qc["id"] = snakemake.wildcards.scan
     write_json(snakemake.output.qc, qc)
     log.info("done: %s", {k: v for k, v in qc.items() if k != "file"})

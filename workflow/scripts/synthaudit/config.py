@@ -212,6 +212,9 @@ def _cross_field_problems(params: dict) -> list[str]:
             out.append(
                 f"{where}.preprocess.registration: shrink_factors and smoothing_sigmas_vox need one entry "
                 f"per level (got {len(reg['shrink_factors'])} and {len(reg['smoothing_sigmas_vox'])})")
+        if reg and reg.get("clip") is not None and not reg["clip"][0] < reg["clip"][1]:
+            out.append(f"{where}.preprocess.registration.clip: lower {reg['clip'][0]} must be < upper "
+                       f"{reg['clip'][1]}")
         win = pre["intensity"]["window"]
         if win is not None and not win[0] < win[1]:
             out.append(f"{where}.preprocess.intensity.window: lower {win[0]} must be < upper {win[1]}")

@@ -270,6 +270,25 @@ class WorkflowPlan:
             return []
         return self.raw_image(dataset, sorted(s.id for s in self.plans[dataset].train)[0])
 
+    def registers_to_reference(self, dataset: str) -> bool:
+        """preprocess.registration.target is ``reference`` (each scan registered to a training scan)."""
+        pre = self.dataset_cfg[dataset]["preprocess"]
+        return bool(pre["register"]) and pre.get("registration", {}).get("target", "template") == "reference"
+
+    def registration_reference(self, dataset: str) -> str:
+        """The raw scan every scan is registered to with ``registration.target: reference``: the
+        first training scan in id order (the same one ``register: false`` takes its grid from)."""
+        return self.raw_image(dataset, sorted(s.id for s in self.plans[dataset].train)[0])
+
+    def registration_target(self, dataset: str) -> dict[str, str]:
+        """What a scan job registers to, as named inputs: nothing beyond the template, or the
+        dataset's registered reference scan (image, metric mask, transform to the template)."""
+        if not self.registers_to_reference(dataset):
+            return {}
+        base = f"results/preprocessed/{self.training_of[dataset]}/registration_reference"
+        return {"reference": f"{base}.nii.gz", "reference_mask": f"{base}_mask.nii.gz",
+                "reference_transform": f"{base}.tfm"}
+
     def preprocessed_images(self, dataset: str, role: str | None = None) -> list[str]:
         base = self.training_of[dataset]
         return [f"results/preprocessed/{base}/images/{s.id}.nii.gz"
