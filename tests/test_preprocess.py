@@ -11,7 +11,7 @@ import SimpleITK as sitk
 from scipy.spatial.transform import Rotation
 
 from synthaudit.preprocess.intensity import window
-from synthaudit.preprocess.qc import masked_correlation, montage_png
+from synthaudit.preprocess.qc import _otsu_threshold, masked_correlation, montage_png, qc_note
 from synthaudit.preprocess.register import (
     from_sitk,
     reference_grid,
@@ -186,6 +186,8 @@ def moved_head_8deg():
 
 def assert_recovered(case, **kwargs):
     fixed, fixed_affine, moving, moving_affine, truth, brain_ras = case
+    # two levels (8 and 4 mm): enough for 1 mm here, and a third of the default pyramid's time
+    kwargs = {"shrink_factors": (4, 2), "smoothing_sigmas_vox": (2, 1), **kwargs}
     result = register_affine(fixed, fixed_affine, moving, moving_affine, threads=1, **kwargs)
     error = np.linalg.norm(
         transform_points(result.transform, brain_ras) - transform_points(truth, brain_ras), axis=1
@@ -346,6 +348,24 @@ def test_montage_png_is_radiological_with_anterior_up(tmp_path, flip_xy):
     assert left_anterior[0] < right_posterior[0], "anterior should be up"
 
 
+def test_montage_and_qc_note_of_a_constant_template_and_scan(tmp_path):
+    """Without registration the "template" is the first training volume, which can be constant:
+    the montage is drawn (no outline, the constant panel says so) and the QC note says why the
+    correlation is NA, instead of Otsu's threshold failing on an All-NaN slice."""
+    shape = (12, 14, 10)
+    template = np.full(shape, 2.0, np.float32)
+    spot = np.zeros(shape, np.float32)
+    spot[6, 7, 5] = 4.0
+    path = tmp_path / "constant.png"
+    montage_png(path, [("flat", template), ("spot", spot), ("blob", sphere(shape, (6, 7, 5), 4))], template)
+    assert mpimg.imread(path).shape[0] > 0
+    assert _otsu_threshold(template) == 2.0 and 0.0 < _otsu_threshold(spot) < 4.0
+    assert np.isnan(masked_correlation(spot, template))
+    assert qc_note(2.0, 2.0, template_constant=True) == (
+        "constant volume (every voxel 2): no correlation; the template (grid reference) is constant: no correlation")
+    assert qc_note(0.0, 4.0, template_constant=False) == ""
+
+
 def test_montage_png_rejects_shape_mismatch(tmp_path):
     with pytest.raises(ValueError, match="scan-1"):
         montage_png(tmp_path / "x.png", [("scan-1", np.zeros((4, 4, 4)))], np.zeros((5, 5, 5)))
@@ -369,3 +389,256 @@ def test_label_values_outside_the_declared_classes_are_refused_naming_the_users_
     # the same file passes with three declared classes, and a volume the caller read is used as is
     out = preprocess_label(str(path), pre, grid, allowed=[1, 2, 3], volume=(data.astype(np.float32), affine))
     assert out[2, 3, 2] == 3 and out.dtype == np.int16
+
+
+# --------------------------------------------------------------------------- issue 29: precision for replicas
+# A real scan (nibabel's anatomical.nii: a T1 brain crop, 33 x 41 x 25 at 2 mm, shipped in the
+# wheel, so offline) given known rigid poses: what registration must undo consistently, since
+# a replica and its source are registered independently.
+
+
+@functools.lru_cache(maxsize=1)
+def real_t1() -> tuple[np.ndarray, np.ndarray]:
+    import os
+
+    import nibabel as nib
+
+    img = nib.load(os.path.join(os.path.dirname(nib.__file__), "tests", "data", "anatomical.nii"))
+    return np.asarray(img.dataobj, dtype=np.float32), img.affine.copy()
+
+
+def rigid_pose(rotvec_deg, shift_mm, centre_ras) -> sitk.AffineTransform:
+    """The pose as registration reports it: fixed (RAS) point -> where it is in the posed scan, in LPS."""
+    pose = sitk.AffineTransform(3)
+    rotation = Rotation.from_rotvec(np.deg2rad(rotvec_deg)).as_matrix()
+    pose.SetMatrix((RAS_TO_LPS @ rotation @ RAS_TO_LPS).ravel().tolist())
+    pose.SetCenter((RAS_TO_LPS @ np.asarray(centre_ras, float)).tolist())
+    pose.SetTranslation((RAS_TO_LPS @ np.asarray(shift_mm, float)).tolist())
+    return pose
+
+
+def posed_scan(rotvec_deg, shift_mm, seed, spacing=(2.2, 2.2, 2.6)):
+    """The real T1 under a rigid pose, on an oblique anisotropic grid (as a scanner writes it), with noise.
+
+    Returns (data, affine, truth, inner_ras): truth maps fixed points to posed-scan points;
+    inner_ras are fixed voxel centres at least 4 voxels inside the crop, where the pose is
+    recoverable (the crop's faces move with it, so points near them may leave the FOV).
+    """
+    fixed, fixed_affine = real_t1()
+    centre = fixed_affine[:3, :3] @ ((np.array(fixed.shape) - 1) / 2) + fixed_affine[:3, 3]
+    truth = rigid_pose(rotvec_deg, shift_mm, centre)
+    shape = tuple(int(round(fov / s)) for fov, s in zip((97.0, 110.0, 88.0), spacing))  # the crop and its poses
+    affine = oblique_affine(spacing, [3, -2, 4], [0, 0, 0])
+    affine[:3, 3] = centre - affine[:3, :3] @ ((np.array(shape) - 1) / 2)
+    data = resample_to_grid(fixed, fixed_affine, truth.GetInverse(), affine, shape, default_value=float(fixed.min()))
+    data = data + np.random.default_rng(seed).normal(0, 0.01 * float(np.ptp(fixed)), shape).astype(np.float32)
+    inner = np.argwhere(np.ones(fixed.shape, bool)[4:-4, 4:-4, 4:-4]) + 4
+    return data, affine, truth, inner @ fixed_affine[:3, :3].T + fixed_affine[:3, 3]
+
+
+SMALL = dict(shrink_factors=(2, 1), smoothing_sigmas_vox=(1, 0.5), threads=1, clip=None, rotation_search_deg=None)
+
+
+def test_rigid_then_affine_recovers_a_known_pose_of_a_real_scan():
+    fixed, fixed_affine = real_t1()
+    moving, moving_affine, truth, inner = posed_scan([4.0, -6.0, 3.0], [5.0, -4.0, 3.0], seed=1)
+    result = register_affine(fixed, fixed_affine, moving, moving_affine, **SMALL)
+    error = np.linalg.norm(transform_points(result.transform, inner) - transform_points(truth, inner), axis=1)
+    # below a voxel (2 mm); the affine stage's 6 extra parameters wander a little on this small noisy
+    # crop (rigid alone: about 0.15 mm, next test), where 12 parameters from the start ended 2-20 mm off
+    assert error.max() < 1.5, f"pose residual over the scan: mean {error.mean():.3f} mm, max {error.max():.3f} mm"
+    assert error.mean() < 0.8
+    # rigid first, then affine, each level reported and converged (stopped before the cap)
+    assert [(lv.stage, lv.shrink) for lv in result.levels] == [("rigid", 2), ("rigid", 1), ("affine", 2), ("affine", 1)]
+    assert result.converged and result.levels_at_cap == 0
+    assert all(0 < lv.iterations < lv.max_iterations for lv in result.levels)
+    assert 0 < result.final_step < 0.5
+
+
+def test_two_poses_of_one_scan_land_in_the_same_place():
+    """What replica detection needs: the registered copies of one scan under two poses agree."""
+    fixed, fixed_affine = real_t1()
+    mapped = []
+    for rotvec, shift, seed in (([7.0, 2.0, -5.0], [8.0, 6.0, -5.0], 2), ([-5.0, 6.0, 4.0], [-6.0, -3.0, 7.0], 3)):
+        moving, moving_affine, truth, inner = posed_scan(rotvec, shift, seed)
+        result = register_affine(fixed, fixed_affine, moving, moving_affine, **SMALL)
+        # back into the unposed scan's space through the true pose: both should give the identity
+        mapped.append(transform_points(truth.GetInverse(), transform_points(result.transform, inner)))
+    gap = np.linalg.norm(mapped[0] - mapped[1], axis=1)
+    assert gap.max() < 1.5 and gap.mean() < 0.8, \
+        f"the two poses ended {gap.mean():.3f} mm apart on average (max {gap.max():.3f})"
+
+
+def test_registration_reports_levels_that_stop_at_the_cap():
+    fixed, fixed_affine = real_t1()
+    moving, moving_affine, _, _ = posed_scan([4.0, -6.0, 3.0], [5.0, -4.0, 3.0], seed=1)
+    result = register_affine(fixed, fixed_affine, moving, moving_affine, iterations=2, **SMALL)
+    assert not result.converged and result.levels_at_cap == 4
+    assert all(lv.iterations == 2 and not lv.converged for lv in result.levels)
+
+
+def test_rigid_stage_alone_recovers_the_pose_with_an_orthonormal_matrix():
+    fixed, fixed_affine = real_t1()
+    moving, moving_affine, truth, inner = posed_scan([4.0, -6.0, 3.0], [5.0, -4.0, 3.0], seed=1)
+    result = register_affine(fixed, fixed_affine, moving, moving_affine, stages=("rigid",), **SMALL)
+    error = np.linalg.norm(transform_points(result.transform, inner) - transform_points(truth, inner), axis=1)
+    assert error.max() < 0.5, f"rigid pose residual: mean {error.mean():.3f} mm, max {error.max():.3f} mm"
+    matrix = np.asarray(result.transform.GetMatrix()).reshape(3, 3)
+    np.testing.assert_allclose(matrix.T @ matrix, np.eye(3), atol=1e-9)
+    assert [lv.stage for lv in result.levels] == ["rigid", "rigid"]
+    with pytest.raises(ValueError, match="stages"):
+        register_affine(fixed, fixed_affine, moving, moving_affine, stages=("affine", "rigid"), **SMALL)
+
+
+def test_compose_affine_applies_first_then_second():
+    from synthaudit.preprocess.register import compose_affine
+
+    first = sitk.Euler3DTransform((1.0, 2.0, 3.0), 0.1, -0.2, 0.3, (4.0, 5.0, 6.0))
+    second = sitk.AffineTransform(3)
+    second.SetMatrix([1.1, 0.1, 0.0, 0.0, 0.9, 0.05, 0.0, 0.0, 1.02])
+    second.SetCenter((-3.0, 2.0, 7.0))
+    second.SetTranslation((1.0, -1.0, 2.0))
+    both = compose_affine(first, second)
+    for p in [(10.0, -20.0, 30.0), (0.0, 0.0, 0.0), (-50.0, 40.0, 5.0)]:
+        np.testing.assert_allclose(both.TransformPoint(p), second.TransformPoint(first.TransformPoint(p)), atol=1e-9)
+
+
+def test_bin_to_spacing_keeps_every_block_at_its_world_position():
+    from synthaudit.preprocess.pipeline import bin_to_spacing
+
+    affine = oblique_affine([0.75, 0.75, 2.5], [10, -5, 3], [-40.0, 30.0, -20.0])
+    shape = (21, 16, 9)
+    data = linear_field(voxel_centres_ras(affine, shape)).astype(np.float32)
+    binned, binned_affine = bin_to_spacing(data, affine, 2.0)
+    assert binned.shape == (10, 8, 9)  # 0.75 mm -> 1.5 mm (blocks of 2), 2.5 mm kept; the odd edge dropped
+    np.testing.assert_allclose(np.linalg.norm(binned_affine[:3, :3], axis=0), [1.5, 1.5, 2.5])
+    # a linear field's block mean is its value at the block centre
+    np.testing.assert_allclose(binned, linear_field(voxel_centres_ras(binned_affine, binned.shape)), rtol=1e-5)
+
+
+def registration_pre(**registration) -> dict:
+    reg = dict(histogram_bins=50, sampling_fraction=0.25, shrink_factors=[2, 1], smoothing_sigmas_vox=[1, 0.5],
+               iterations=500, learning_rate=0.2, seed=1, qc_min_correlation=0.6, target="template",
+               stages=["rigid", "affine"], mask_margin_mm=0.0, clip=None,
+               rotation_search_deg=None)  # a 30-degree search on 8 mm blocks needs a head, not this small crop
+    reg.update(registration)
+    return {"register": True, "template": "unused", "spacing_mm": 2.0, "registration": reg,
+            "intensity": {"window": None, "rescale": False}}
+
+
+def test_reference_target_chains_template_reference_and_scan(tmp_path):
+    """registration.target: reference: every scan registered to a training scan (itself registered to the
+    template once), then resampled through both transforms at once onto the template's grid."""
+    from synthaudit.io import save_volume
+    from synthaudit.preprocess.pipeline import (load_registration_target, preprocess_image, registration_reference,
+                                                save_registration_target)
+
+    template = real_t1()
+    grid = {"affine": template[1].tolist(), "shape": list(template[0].shape)}
+    scans = {}
+    for name, rotvec, shift, seed in (("ref", [6.0, 0.0, -4.0], [4.0, 7.0, -3.0], 4),
+                                      ("scan", [-3.0, 5.0, 6.0], [-7.0, 2.0, 5.0], 5)):
+        data, affine, truth, inner = posed_scan(rotvec, shift, seed, spacing=(0.9, 0.9, 2.5))
+        save_volume(tmp_path / f"{name}.nii.gz", data, affine)
+        scans[name] = truth
+    # rigid: the pose is what this test checks the chain for (the affine stage's small wander on this
+    # crop, about 0.7 mm per registration, would blur a chaining mistake of the same size)
+    pre = registration_pre(target="reference", stages=["rigid"])
+    target, ref_qc = registration_reference(pre, template, str(tmp_path / "ref.nii.gz"), threads=1)
+    assert ref_qc["target"] == "reference" and ref_qc["converged"]
+    # binned to the output spacing (0.9 mm -> 1.8 mm in plane, 2.5 mm kept); the template's region carried along
+    np.testing.assert_allclose(np.linalg.norm(target.affine[:3, :3], axis=0), [1.8, 1.8, 2.5], rtol=1e-6)
+    assert target.mask is not None and 0.1 < target.mask.mean() < 0.35  # the crop: 29 % of the FOV
+    paths = [tmp_path / "target.nii.gz", tmp_path / "target_mask.nii.gz", tmp_path / "target.tfm"]
+    save_registration_target(target, *paths)
+    loaded = load_registration_target(*paths)
+    np.testing.assert_array_equal(loaded.mask, target.mask)
+    np.testing.assert_allclose(loaded.to_template.GetParameters(), target.to_template.GetParameters())
+
+    out, transform, qc = preprocess_image(str(tmp_path / "scan.nii.gz"), pre, grid, loaded, template[0], threads=1)
+    error = np.linalg.norm(transform_points(transform, inner) - transform_points(scans["scan"], inner), axis=1)
+    assert error.max() < 0.6, f"template -> reference -> scan: mean {error.mean():.3f} mm, max {error.max():.3f} mm"
+    assert qc["correlation_to_template"] > 0.9 and qc["converged"] and qc["levels_at_cap"] == 0  # 2.5 mm slices blur
+    # the template is still accepted as a plain (data, affine) pair
+    _, direct, _ = preprocess_image(str(tmp_path / "scan.nii.gz"), pre, grid, template, template[0], threads=1)
+    error = np.linalg.norm(transform_points(direct, inner) - transform_points(scans["scan"], inner), axis=1)
+    assert error.max() < 0.6
+
+
+# --------------------------------------------------------------------------- QC: same-patient consistency
+
+
+def test_patient_consistency_flags_a_scan_whose_nearest_is_another_patient():
+    from synthaudit.preprocess.qc import patient_consistency
+
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.normal(size=(6, 6, 6)).astype(np.float32) for _ in range(3))
+    vols = [a, a + 0.05, b, b + 0.05, c, a + 0.02 + b * 0.0]  # the last: patient "d", a near-copy of a
+    rows = patient_consistency(vols, ["a", "a", "b", "b", "c", "d"])
+    assert rows[0]["same_patient_mae"] == pytest.approx(0.05, rel=1e-5)
+    assert rows[0]["other_patient_mae"] == pytest.approx(0.02, rel=1e-5)  # patient d's scan is closer
+    assert rows[0]["same_patient_nearest"] is False and rows[0]["consistency_ratio"] == pytest.approx(2.5, rel=1e-4)
+    assert rows[2]["same_patient_nearest"] is True and rows[2]["consistency_ratio"] < 0.1
+    # one scan of its patient: nothing to compare with
+    assert rows[4]["same_patient_mae"] is None and rows[4]["same_patient_nearest"] is None
+    assert rows[4]["other_patient_mae"] is not None
+    with pytest.raises(ValueError, match="patient ids"):
+        patient_consistency(vols, ["a"])
+
+
+def test_qc_columns_and_warnings_for_consistency_and_convergence():
+    from synthaudit.preprocess.qc import (CONSISTENCY_COLUMNS, add_consistency, block_average,
+                                          registration_warnings)
+
+    rng = np.random.default_rng(6)
+    heads = [rng.normal(size=(16, 16, 12)).astype(np.float32) for _ in range(2)]
+    vols = [heads[0], heads[0] + 0.01, heads[1], 0.9 * heads[0] + 0.1 * heads[1]]  # s3: patient p2, looks like p1
+    rows = [{"id": f"s{k}", "converged": k != 2} for k in range(4)]
+    add_consistency(rows, vols, ["p1", "p1", "p2", "p2"], (2.0, 2.0, 2.0))
+    assert all(set(CONSISTENCY_COLUMNS) <= set(r) for r in rows)
+    assert [r["same_patient_nearest"] for r in rows] == [True, True, True, False]
+    warnings = registration_warnings(rows)
+    assert len(warnings) == 2
+    assert "['s3']" in warnings[0] and "1 of 4" in warnings[0]
+    assert "['s2']" in warnings[1] and "iteration cap" in warnings[1]
+    assert registration_warnings([{"id": "x", "converged": True, "same_patient_nearest": None}]) == []
+    # 4 mm blocks of a 2 mm grid: 2 x 2 x 2 voxels averaged
+    coarse = block_average(np.arange(16 * 16 * 12, dtype=np.float32).reshape(16, 16, 12), (2.0, 2.0, 2.0))
+    assert coarse.shape == (8, 8, 6)
+    assert coarse[0, 0, 0] == pytest.approx(np.mean([0, 1, 12, 13, 192, 193, 204, 205]))
+
+
+def test_init_writes_registration_settings_the_schema_accepts():
+    """`synthaudit init`'s preprocess block carries the registration settings chosen on the benchmark,
+    and the schema refuses settings the code cannot run."""
+    from pathlib import Path
+
+    import jsonschema
+    import yaml
+
+    from synthaudit.config import load_schema
+    from synthaudit.preprocess.pipeline import REGISTRATION_DEFAULTS, registration_settings
+    from synthaudit.workspace import Inputs, _datasets_block
+
+    schema = load_schema()
+    pre_schema = {**schema["$defs"]["preprocess"], "$defs": schema["$defs"]}
+    for modality, clip in (("ct", [-200.0, 1500.0]), ("mri", None)):
+        block = _datasets_block(Inputs(training=Path("t"), synthetic=Path("s"), modality=modality),
+                                {"label_values": []}, "data/manifest.tsv", 0)
+        pre = yaml.safe_load(block)["datasets"]["audit"]["preprocess"]
+        jsonschema.validate(pre, pre_schema)
+        reg = pre["registration"]
+        assert reg["clip"] == clip
+        # registration to a reference scan: chosen on the benchmark for user data (the key's default, for
+        # params written before it existed, stays the template they were registered to)
+        assert reg["target"] == "reference" and REGISTRATION_DEFAULTS["target"] == "template"
+        assert {k: reg[k] for k in ("stages", "mask_margin_mm")} == \
+            {k: REGISTRATION_DEFAULTS[k] for k in ("stages", "mask_margin_mm")}
+        assert reg["shrink_factors"][-1] == 1  # the finest level at the template's own spacing
+    old = dict(pre["registration"])
+    for key in ("target", "stages", "mask_margin_mm", "clip"):
+        old.pop(key)
+    assert registration_settings({"registration": old})["stages"] == REGISTRATION_DEFAULTS["stages"]
+    for bad in ({"stages": ["affine", "rigid"]}, {"target": "first_scan"}, {"mask_margin_mm": -1.0}):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**pre, "registration": {**pre["registration"], **bad}}, pre_schema)
