@@ -72,3 +72,22 @@ def test_summaries_of_rows_read_back_from_the_table():
     assert "| a_g4 (untrained) | 3x4x4 | 1.50 | 0.75 | 0.80 | 1.00 | 1.00 |" in md
     assert "| b_g4 * | 3x4x4 |" in md and "configured default" in md
     assert "configured default" not in study_markdown(rows, default=None)
+
+
+def test_length_scaling_compares_directions_only():
+    # Embedding RMSE after "length": a function of the cosine alone, blind to the embedding's length
+    # (which follows contrast, blur and noise on real anatomy); a zero embedding stays zero.
+    from synthaudit.features.compare import all_pairs_feature_measures, standardise
+
+    rng = np.random.default_rng(3)
+    syn, train = rng.random((4, 50)), rng.random((6, 50))
+    syn[1] = 7.5 * train[2]  # the same direction, another length
+    syn[3] = 0.0
+    a, b = standardise(syn, train, "length")
+    assert np.allclose(np.linalg.norm(a[:3], axis=1), 1) and not a[3].any()
+    v = all_pairs_feature_measures(a, b)
+    raw = all_pairs_feature_measures(syn, train)
+    assert v["emb_rmse"][1, 2] == pytest.approx(0.0, abs=1e-6) and raw["emb_rmse"][1, 2] > 1
+    cos = raw["emb_cosine"][:3]
+    np.testing.assert_allclose(v["emb_rmse"][:3], np.sqrt(np.maximum(2 - 2 * cos, 0) / 50), atol=1e-6)
+    np.testing.assert_allclose(v["emb_cosine"], raw["emb_cosine"], atol=1e-6)  # cosine: unchanged

@@ -7,8 +7,10 @@ import nibabel as nib
 import numpy as np
 import pytest
 
+from synthaudit.config import load_params
+from synthaudit.features.study import candidate_name
 from synthaudit.io import read_tsv
-from workflow_helpers import snakemake, tiny_params, write_params
+from workflow_helpers import ROOT, snakemake, tiny_params, write_params
 
 pytestmark = pytest.mark.workflow
 
@@ -111,15 +113,16 @@ def test_feature_study_scores_candidates_as_the_workflow_scores_its_feature_leve
                                                                  ("r10", "1"), ("r10", "4")]
     assert len(rows) == 8 and {r["measure"] for r in rows} == {"emb_rmse", "emb_cosine"}
     metrics = json.loads((demo / "results/metrics/relict.json").read_text())["ncct_demo"]
+    configured = candidate_name("configured", 4, load_params(ROOT / "params.yaml")["relict"]["features"]["scaling"])
     for r in rows:
-        if r["candidate"] == "configured_g4":
+        if r["candidate"] == configured:
             m = metrics[r["measure"]]
             assert float(r["auc"]) == pytest.approx(m["auc"], abs=1e-12), (r, m)
             assert float(r["balanced_accuracy"]) == pytest.approx(m["balanced_accuracy"], abs=1e-12)
             assert r["grid_used"] == m["feature_grid_used"]
         assert float(r["seconds_per_volume"]) > 0
     md = (demo / "results/feature_study/table.md").read_text()
-    assert "| configured_g4 * " in md and "the configured default" in md
+    assert f"| {configured} * " in md and "the configured default" in md
     assert (demo / "results/feature_study/feature_study.png").stat().st_size > 10_000
 
 

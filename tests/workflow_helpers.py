@@ -54,7 +54,8 @@ def tiny_params() -> dict:
     # the feature-level study on one dataset: the configured network (its result must equal the
     # workflow's own feature level) and a small one, two grids
     configured = {k: p["relict"]["features"][k] for k in ("extractor", "seed", "smoothing_voxels")}
-    p["feature_study"].update(datasets=["ncct_demo"], grids=[1, p["relict"]["features"]["grid"]], scalings=["none"],
+    p["feature_study"].update(datasets=["ncct_demo"], grids=[1, p["relict"]["features"]["grid"]],
+                              scalings=[p["relict"]["features"]["scaling"]],
                               networks={"configured": configured,
                                         "r10": {"extractor": "medicalnet_resnet10", "seed": 0}})
     p["relict"]["review"]["top_k"] = 2  # rating-sheet pages (~1 s each)

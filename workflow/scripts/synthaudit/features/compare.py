@@ -101,7 +101,7 @@ def _squared_distances(ac: np.ndarray, bc: np.ndarray, a_sq: np.ndarray) -> np.n
     return d2
 
 
-SCALINGS = ("none", "feature")
+SCALINGS = ("none", "feature", "length")
 
 
 def standardise(synthetic: np.ndarray, training: np.ndarray, scaling: str = "none"
@@ -115,16 +115,31 @@ def standardise(synthetic: np.ndarray, training: np.ndarray, scaling: str = "non
     highest-variance features. Only training statistics are used, so a synthetic
     volume cannot change the scale it is measured on; a feature constant over the
     training set (SD 0) carries no information there and is left out.
+
+    ``"length"`` divides every embedding by its length (L2 norm): what is compared is the
+    embedding's direction. On real anatomy the length follows image statistics (contrast,
+    blur, noise of the generator) more than the patient: on the real-anatomy T1 benchmark
+    raw embedding RMSE scored AUC 0.44 without augmented copies, and 1.00 after this
+    (README "Feature level"). Cosine similarity is unchanged by it; embedding RMSE becomes
+    sqrt(2 (1 - cos) / D). A zero embedding (a constant volume) stays zero.
     """
     if scaling not in SCALINGS:
         raise ValueError(f"unknown feature scaling {scaling!r}; known: {', '.join(SCALINGS)}")
     if scaling == "none":
         return synthetic, training
+    if scaling == "length":
+        return _unit_length(synthetic), _unit_length(training)
     train = np.asarray(training, dtype=np.float64)
     sd = train.std(axis=0)
     keep = sd > 0
     return ((np.asarray(synthetic, dtype=np.float64)[:, keep] / sd[keep]).astype(np.float32),
             (train[:, keep] / sd[keep]).astype(np.float32))
+
+
+def _unit_length(x: np.ndarray) -> np.ndarray:
+    x = np.asarray(x, dtype=np.float64)
+    norm = np.linalg.norm(x, axis=1, keepdims=True)
+    return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0).astype(np.float32)
 
 
 def _cosine(dots: np.ndarray, a_norm: np.ndarray, b_norm: np.ndarray) -> np.ndarray:
