@@ -46,6 +46,9 @@ def test_load_volume_refuses_nan_and_garbage(tmp_path, nifti):
     junk.write_bytes(b"not a nifti file")
     with pytest.raises(VolumeError, match="junk.nii.gz: unreadable volume"):
         load_volume(junk)
+    (tmp_path / "empty.nii.gz").write_bytes(b"")  # an interrupted copy: said as such, not as a format error
+    with pytest.raises(VolumeError, match=r"empty.nii.gz: empty file \(0 bytes\)$"):
+        load_volume(tmp_path / "empty.nii.gz")
     with pytest.raises(VolumeError, match="file not found"):
         load_volume(tmp_path / "nothing.nii.gz")
 

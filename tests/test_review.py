@@ -331,3 +331,33 @@ def test_paths_by_id_html_and_ranking_reader(tmp_path):
     q.write_text("synthetic_id\tx\ns1\t1\n")
     with pytest.raises(ValueError, match="bad.tsv: not a ranking table"):
         read_ranking(q)
+
+
+# ---- the verdict --------------------------------------------------------------------
+
+def test_verdict_repeats_the_input_warnings_of_its_dataset_only(tmp_path):
+    """An empty sample can be the "most likely replica" of a constant training scan; the verdict
+    says what init warned of, read from the workspace's data/input_warnings.tsv, and nothing when
+    that file is absent (the demo, a params.yaml run without init)."""
+    from synthaudit.io import write_tsv
+    from synthaudit.relict.ranking import write_ranking
+    from synthaudit.review.verdict import dataset_verdict, verdict_lines
+
+    rows = _ranking({"gen_zero": "pat0_s0", "gen_a": "pat1_s0"})
+    for r in rows:
+        r.update(distance=r["score"], mean_n_closest=1.0)
+    write_ranking(tmp_path / "results/relict/audit/ranking_mae.tsv", rows)
+    plain = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
+    assert not any("warning" in line for line in plain)
+    warned = [{"dataset": "audit", "id": "pat0_s0", "role": "train", "file": "/in/pat0_s0.nii.gz",
+               "warning": "constant volume: every voxel is 2"},
+              {"dataset": "other", "id": "x", "role": "synthetic", "file": "/in/x.nii.gz", "warning": "elsewhere"}]
+    warned += [{"dataset": "audit", "id": f"gen_{k}", "role": "synthetic", "file": f"/in/gen_{k}.nii.gz",
+                "warning": "empty volume: every voxel is 0"} for k in range(9)]
+    write_tsv(tmp_path / "data/input_warnings.tsv", warned, ["dataset", "id", "role", "file", "warning"])
+    lines = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
+    assert lines[:len(plain)] == plain  # the answer first, unchanged
+    assert lines[len(plain):] == [
+        "  10 input volume(s) accepted with a warning (data/input_warnings.tsv, from synthaudit init):",
+        "    pat0_s0 (train): constant volume: every voxel is 2"] + [
+        f"    gen_{k} (synthetic): empty volume: every voxel is 0" for k in range(7)] + ["    ... and 2 more"]

@@ -3,6 +3,7 @@ and (end to end) one `snakemake` command in that folder, as a new user types it.
 
 import json
 import os
+import re
 import subprocess
 
 import nibabel as nib
@@ -75,7 +76,10 @@ def test_init_writes_a_workspace_holding_only_this_audit(tmp_path):
     assert ds["segmentation"]["classes"] == ["structure"]
     # stages the data cannot support are off, and say why
     assert p["generator_sweep"]["dataset"] is None and p["privacy"]["latent_autoencoder"] is None
-    assert p["anonymise"]["datasets"] == {} and p["relict"]["alignment"]["datasets"] == []
+    assert p["anonymise"]["datasets"] == {}
+    # derived from the data (tests/test_init_defaults.py): 10 training scans allow n = 10, and the
+    # alignment of so small an audit is affordable, so augmented copies are searched
+    assert p["relict"]["n_closest"] == 10 and p["relict"]["alignment"]["datasets"] == ["audit"]
     assert p["feature_study"]["datasets"] == []
     assert p["privacy"]["training_sets"] == ["audit"]  # held-out scans and patients with two scans
     text = (tmp_path / "ws/params.yaml").read_text()
@@ -138,15 +142,136 @@ def test_init_refuses_bad_folders_before_any_job_naming_the_file(tmp_path):
         write_workspace(tmp_path / "ws5", _inputs(d), **quiet)
 
 
-def test_init_warns_when_samples_are_in_other_units(tmp_path, capsys):
+def _hu(d):
+    """The folders' volumes in CT-like units (about -300 to 300, float32) instead of ~2 +- 0.2."""
+    for role in ("training", "heldout", "synthetic"):
+        for f in (d / role).glob("*.nii.gz"):
+            save_volume(f, (nib.load(f).get_fdata() - 2.0) * 1000, AFFINE, dtype=np.float32)
+
+
+def test_init_refuses_single_files_in_other_units_naming_each(tmp_path):
+    """One training scan scaled by 10^6 (int32) and one sample exported as 8-bit among volumes in
+    HU-like units: each named with the likely cause, nothing written (every distance to them
+    would compare units, not anatomy)."""
     d = _folders(tmp_path / "in")
-    for f in (d / "synthetic").glob("*.nii.gz"):  # samples left in a generator's [0, 1] output range ...
-        save_volume(f, nib.load(f).get_fdata() / 4000.0, AFFINE)
-    for f in (d / "training").glob("*.nii.gz"):  # ... training scans in HU-like units
-        save_volume(f, nib.load(f).get_fdata() * 1000 - 1000, AFFINE)
+    _hu(d)
+    scan = d / "training" / "pat1_s0.nii.gz"
+    save_volume(scan, nib.load(scan).get_fdata() * 1e6, AFFINE, dtype=np.int32)
+    sample = d / "synthetic" / "gen_c.nii.gz"
+    x = nib.load(sample).get_fdata()
+    save_volume(sample, np.round(np.clip((x + 300) / 600 * 255, 0, 255)), AFFINE, dtype=np.uint8)
+    with pytest.raises(WorkspaceError) as e:
+        write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
+    msg = str(e.value)
+    assert "2 problem(s)" in msg
+    assert re.search(r"pat1_s0.nii.gz: intensities about 10\^6 times the training scans' range .*stored as int32", msg)
+    assert re.search(r"gen_c.nii.gz: 8-bit intensities \(values \d+ to \d+, stored as uint8\) beside 1st-99th "
+                     r"percentiles of the training scans' -2\d\d(\.\d)? to 2\d\d", msg)
+    assert not (tmp_path / "ws").exists()
+
+
+def test_init_refuses_a_whole_sample_set_in_other_units(tmp_path):
+    """Samples left in a generator's [0, 1] range beside scans in HU-like units: each refused."""
+    d = _folders(tmp_path / "in")
+    _hu(d)
+    for f in (d / "synthetic").glob("*.nii.gz"):
+        save_volume(f, (nib.load(f).get_fdata() + 300) / 600, AFFINE)
+    with pytest.raises(WorkspaceError, match=r"5 problem\(s\)(.|\n)*gen_a.nii.gz: intensities about 10\^-3 times"):
+        write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
+
+
+def test_init_warns_per_file_prints_writes_and_accepts_legal_oddities(tmp_path, capsys):
+    """A constant training scan, an empty sample, a sample with one bright voxel and a sample
+    spread 5 times as wide: accepted (their distances are defined), each warning printed, written
+    to data/input_warnings.tsv with the file's id and role, and nothing said of the others."""
+    d = _folders(tmp_path / "in")
+    save_volume(d / "training" / "pat0_s0.nii.gz", np.full(SHAPE, 2.0, np.float32), AFFINE)
+    save_volume(d / "synthetic" / "gen_c.nii.gz", np.zeros(SHAPE, np.float32), AFFINE)
+    spot = np.zeros(SHAPE, np.float32)
+    spot[3, 4, 5] = 9.0
+    save_volume(d / "synthetic" / "gen_d.nii.gz", spot, AFFINE)
+    e = d / "synthetic" / "gen_e.nii.gz"
+    save_volume(e, (nib.load(e).get_fdata() - 2.0) * 10 + 2.0, AFFINE)
     assert main(["init", str(tmp_path / "ws"), "--training", str(d / "training"), "--synthetic",
-                 str(d / "synthetic"), "--registered"]) == 0
-    assert "WARNING: the synthetic volumes' intensities" in capsys.readouterr().out
+                 str(d / "synthetic"), "--heldout", str(d / "heldout"), "--registered"]) == 0
+    out = capsys.readouterr().out
+    assert "WARNING: 4 input volume(s) accepted with a warning" in out
+    expected = {"pat0_s0": ("train", "constant volume: every voxel is 2"),
+                "gen_c": ("synthetic", "empty volume: every voxel is 0"),
+                "gen_d": ("synthetic", "nearly constant volume: 1 voxel(s) differ from 0 (values 0 to 9)"),
+                "gen_e": ("synthetic", "intensities spread ")}
+    rows = read_tsv(tmp_path / "ws/data/input_warnings.tsv")
+    assert {r["id"]: (r["role"], r["warning"][:len(expected[r["id"]][1])]) for r in rows} == expected
+    spread = re.match(r"intensities spread ([\d.]+) times as wide as the training scans'", rows[-1]["warning"])
+    factor = float(spread[1])
+    assert 3 < factor < 100  # 10 times the deviations from the mean: warned, not refused
+    assert all(r["dataset"] == "audit" and r["file"] == str(d / ("training" if r["role"] == "train" else
+                                                                  "synthetic") / f"{r['id']}.nii.gz") for r in rows)
+    for i, (_, text) in expected.items():
+        assert f"{i}.nii.gz: {text}" in out
+
+
+def test_init_compares_samples_with_the_windowed_scans_without_registered(tmp_path):
+    """Without --registered (CT), the scans are windowed to [0, 1] by preprocessing, so samples in
+    [0, 1] beside raw scans in HU are right (no word), and samples in HU are refused; a scan
+    constant in the registration's range cannot be registered: refused, naming it."""
+    d = _folders(tmp_path / "in")
+    _hu(d)
+    grid = (91, 109, 91)  # the output grid the samples must be on
+    rng = np.random.default_rng(1)
+    syn = tmp_path / "syn"
+    for k in range(2):
+        x = ndimage.gaussian_filter(rng.random(grid), 2.0)
+        save_volume(syn / f"s{k}.nii.gz", ((x - x.min()) / (x.max() - x.min())).astype(np.float32), AFFINE)
+    inp = dict(heldout=None, labels=None, synthetic_labels=None, registered=False, synthetic=syn)
+    plan = write_workspace(tmp_path / "ws1", _inputs(d, **inp), progress=lambda m: None)
+    assert plan["warning"] is None and not (tmp_path / "ws1/data/input_warnings.tsv").exists()
+    save_volume(syn / "s0.nii.gz", ndimage.gaussian_filter(rng.random(grid), 2.0).astype(np.float32) * 2000 - 1000,
+                AFFINE)
+    save_volume(d / "training" / "pat3_s1.nii.gz", np.full(SHAPE, -1000.0, np.float32), AFFINE)
+    with pytest.raises(WorkspaceError) as e:
+        write_workspace(tmp_path / "ws2", _inputs(d, **inp), progress=lambda m: None)
+    assert re.search(r"s0.nii.gz: intensities about 10\^2 times .*after the window -100 to 200 mapped to \[0, 1\]",
+                     str(e.value))
+    assert "pat3_s1.nii.gz: constant within the registration's intensity range -200 to 1500 (values -1000 to " \
+           "-1000): nothing to register" in str(e.value)
+    assert not (tmp_path / "ws2").exists()
+
+
+def test_init_refuses_all_constant_training_scans(tmp_path):
+    d = _folders(tmp_path / "in")
+    for k, f in enumerate(sorted((d / "training").glob("*.nii.gz"))):
+        save_volume(f, np.full(SHAPE, float(k), np.float32), AFFINE)
+    with pytest.raises(WorkspaceError, match="every training scan is constant or nearly constant"):
+        write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
+
+
+def test_init_names_empty_and_unreadable_files_before_matching_label_maps(tmp_path):
+    """A 0-byte sample has no label map either; the cause is the empty file, said first."""
+    d = _folders(tmp_path / "in")
+    (d / "synthetic" / "zz_empty.nii.gz").write_bytes(b"")
+    (d / "synthetic" / "zz_junk.nii.gz").write_bytes(b"not a NIfTI file at all")
+    with pytest.raises(WorkspaceError) as e:
+        write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
+    msg = str(e.value)
+    assert "2 unreadable file(s) in the synthetic folder" in msg and "no label map" not in msg
+    assert f"{d / 'synthetic' / 'zz_empty.nii.gz'}: empty file (0 bytes)" in msg
+    assert f"{d / 'synthetic' / 'zz_junk.nii.gz'}: not a readable NIfTI (" in msg
+    assert not (tmp_path / "ws").exists()
+
+
+def test_init_names_the_label_maps_beyond_the_declared_classes(tmp_path):
+    d = _folders(tmp_path / "in")
+    for name in ("labels/pat2_s1", "synthetic_labels/gen_b"):
+        lab = np.asarray(nib.load(d / f"{name}.nii.gz").dataobj).copy()
+        lab[0, 0, 0] = 7
+        save_volume(d / f"{name}.nii.gz", lab, AFFINE)
+    with pytest.raises(WorkspaceError) as e:
+        write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
+    for name in ("labels/pat2_s1", "synthetic_labels/gen_b"):
+        assert f"{name}.nii.gz: label values up to 7, --classes names 1 (structure) for the values 1 to 1" \
+            in str(e.value)
+    assert "pat1_s0" not in str(e.value) and not (tmp_path / "ws").exists()
 
 
 def test_manifest_and_plan_refuse_case_collisions_and_a_single_training_scan(tmp_path):
@@ -192,7 +317,8 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     assert {p.name for p in (ws / "results/relict/features").iterdir()} == {"audit"}
     rankings = sorted(p.name for p in (ws / "results/relict/audit").glob("ranking_*.tsv"))
     assert rankings == [f"ranking_{m}.tsv" for m in sorted(
-        ["mae", "rmse", "ssim", "ncc", "emb_rmse", "emb_cosine", "dice_binary", "asd_binary"])]
+        ["mae", "rmse", "ssim", "ncc", "emb_rmse", "emb_cosine", "dice_binary", "asd_binary", "mae_aligned",
+         "rmse_aligned"])]
     rows = {r["synthetic_id"]: r for r in read_tsv(ws / "results/relict/audit/ranking_rmse.tsv")}
     assert rows["gen_a"]["closest_training_id"] == "pat0_s1" and rows["gen_b"]["closest_training_id"] == "pat2_s0"
     assert set(json.loads((ws / "results/metrics/relict.json").read_text())) == {"audit"}

@@ -255,6 +255,8 @@ rule verdict:
         metrics="results/metrics/relict.json",
         rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in REVIEWED_DATASETS for m in MEASURES_BY_DS[d]],
         copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
+        # an audit workspace's input warnings (synthaudit init), which the verdict repeats
+        warnings=lambda wc: [p for p in ["data/input_warnings.tsv"] if Path(p).is_file()],
     output:
         rst="results/verdict.rst",
         figures=[report(f"results/figures/{d}/verdict.png", caption="../report/verdict.rst", category="Verdict",
@@ -265,6 +267,7 @@ rule verdict:
         datasets=REVIEWED_DATASETS,
         measures=MEASURES,
         training_of=TRAINING_OF,
+        aligned=ALIGNED_DATASETS,  # searched for flipped/shifted/rotated copies; the verdict says which were not
         # path templates for the script (functions: Snakemake would fill "{...}" as wildcards)
         synthetic_image=lambda wc: "results/synthetic/{dataset}/images/{id}.nii.gz",
         training_image=lambda wc: "results/preprocessed/{dataset}/images/{id}.nii.gz",

@@ -32,7 +32,7 @@ with logged(snakemake.log[0]) as log:
     p = snakemake.params
     sections = ["Verdict", "=======", ""]
     for d, figure in zip(p.datasets, snakemake.output.figures):
-        v = dataset_verdict(Path("."), d, p.measures)
+        v = dataset_verdict(Path("."), d, p.measures, aligned=d in p.aligned)
         first = next(iter(v["measures"]))
         pairs = []
         for syn_id, train_id, score in v["measures"][first]["most_likely"]:

@@ -77,6 +77,13 @@ def _init(args) -> int:
                                             else "no (needs >= 19 held-out scans; the ranking is complete without)"))
     print(f"  work: {p['pairs']} volume pairs per measure; about {p['estimate_cpu_minutes']} CPU-minutes for the "
           "image and feature levels (2-core measurements; segmentation and privacy filters extra)")
+    der = p.get("derived")
+    if der:
+        print(f"  from your data: n_closest {der['n_closest']} (RELICT: 50"
+              + ("" if der["n_closest"] == 50 else f"; {der['n_train']} training scans") + "); augmented copies "
+              + ("searched (relict.alignment on" if der["alignment_on"] else "NOT searched (relict.alignment off")
+              + f": about {der['alignment_hours']:.1f} h on 2 threads for {der['alignment_pairs']} pairs; "
+              f"pre-selection on {der['preselect_factor']}-voxel blocks)")
     if p["warning"]:
         print(f"  WARNING: {p['warning']}")
     print(f"\nnext:\n  cd {d}\n  snakemake --cores all          # or: dvc repro; SLURM: --workflow-profile "
@@ -90,7 +97,9 @@ def _where(args) -> int:
     metrics = root / "results/metrics/relict.json"
     from .review.verdict import dataset_verdict, verdict_lines
 
-    verdicts = [v for v in (dataset_verdict(root, d, params["relict"]["measures"]) for d in params["datasets"]) if v]
+    aligned = set((params["relict"].get("alignment") or {}).get("datasets") or [])
+    verdicts = [v for v in (dataset_verdict(root, d, params["relict"]["measures"], aligned=d in aligned)
+                            for d in params["datasets"]) if v]
     if verdicts:  # the answer first: which volumes are copies, of whom
         print("\nverdict")
         for v in verdicts:

@@ -194,9 +194,19 @@ def read_tsv(path: str | os.PathLike) -> list[dict]:
 def load_volume(path: str | os.PathLike, dtype=np.float32) -> tuple[np.ndarray, np.ndarray]:
     """Load a 3D NIfTI volume as ``(data, affine)``; refuse unreadable files and NaN/inf.
 
-    A trailing singleton 4th dimension is dropped (some writers add one).
+    A trailing singleton 4th dimension is dropped (some writers add one). A 0-byte file (an
+    interrupted copy, a placeholder) is named as such: nibabel's own message for it depends
+    on the suffix and hides the cause.
     """
     path = Path(path)
+    try:
+        size = path.stat().st_size
+    except FileNotFoundError as e:
+        raise VolumeError(f"{path}: file not found") from e
+    except OSError as e:
+        raise VolumeError(f"{path}: unreadable volume ({e.strerror or e})") from e
+    if size == 0:
+        raise VolumeError(f"{path}: empty file (0 bytes)")
     try:
         img = nib.load(str(path))
         data = np.asarray(img.dataobj, dtype=dtype)

@@ -14,9 +14,11 @@ from pathlib import Path
 
 from ..io import read_tsv
 from ..relict.ranking import read_ranking
+from ..workspace import WARNINGS_FILE
 
 
-def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None) -> dict | None:
+def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
+                    aligned: bool | None = None) -> dict | None:
     """Calls per measure (calibrated and rating-tuned), copied patients and the most likely
     replicas of one dataset; None when the run has no ranking for it yet. ``order``: the
     measures in the order params.yaml lists them (the first one's ranking is quoted)."""
@@ -31,6 +33,8 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None) ->
     copies_path = base / "copies.json"
     copies = json.loads(copies_path.read_text()) if copies_path.is_file() else None
     out = {"dataset": dataset, "n_synthetic": len(next(iter(rankings.values()))), "measures": {}}
+    if aligned is not None:  # whether relict.alignment searched this set for flipped/shifted/rotated copies
+        out["aligned"] = bool(aligned)
     for m, rows in rankings.items():
         e = {"most_likely": [(r["synthetic_id"], r["closest_training_id"], r["score"]) for r in rows[:3]]}
         if copies and m in copies["measures"]:
@@ -40,6 +44,10 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None) ->
             e["rating_tuned_calls"] = sum(r["score"] <= threshold for r in rows)
             e["threshold"] = threshold
         out["measures"][m] = e
+    warnings = Path(root) / WARNINGS_FILE
+    if warnings.is_file():  # what init accepted with a warning qualifies the answer (an empty sample's "replica")
+        out["input_warnings"] = [(r["id"], r["role"], r["warning"]) for r in read_tsv(warnings)
+                                 if r.get("dataset") == dataset]
     if copies:
         out["rate"], out["n_heldout"] = copies["rate"], copies["n_heldout"]
         out["combined"] = copies["combined"]
@@ -50,7 +58,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None) ->
 
 
 def verdict_lines(v: dict) -> list[str]:
-    """The verdict as a few lines of text (terminal and figure alike)."""
+    """The verdict as a few lines of text (terminal and figure alike); the volumes `init`
+    accepted with a warning (constant, nearly empty, other units) last, where they exist, so
+    that a "replica" of an empty volume is read with its cause beside it."""
     lines = [f"{v['dataset']}: {v['n_synthetic']} synthetic volumes"]
     if "combined" in v:
         c = v["combined"]
@@ -78,7 +88,18 @@ def verdict_lines(v: dict) -> list[str]:
             per.append(f"    {m}: {'; '.join(parts)}")
     if per:
         lines += ["  replicas by measure:"] + per
+    if v.get("aligned") is False:
+        lines.append("  augmented copies (flipped, shifted, rotated) were not searched: relict.alignment is off "
+                     f"for {v['dataset']} (add it to relict.alignment.datasets); a generator trained with such "
+                     "augmentations can emit copies these measures miss")
     first = next(iter(v["measures"]))
     top = ", ".join(f"{s} ~ {t} ({score:.3g})" for s, t, score in v["measures"][first]["most_likely"])
     lines.append(f"  most likely replicas ({first}): {top}")
+    warned = v.get("input_warnings") or []
+    if warned:
+        lines.append(f"  {len(warned)} input volume(s) accepted with a warning ({WARNINGS_FILE}, from "
+                     "synthaudit init):")
+        lines += [f"    {i} ({role}): {text}" for i, role, text in warned[:8]]
+        if len(warned) > 8:
+            lines.append(f"    ... and {len(warned) - 8} more")
     return lines

@@ -1,0 +1,88 @@
+"""`synthaudit init` derives RELICT's n, the alignment switch and the pre-selection blocks from
+the user's data (issue 29: every default had been tuned on the demo's 3 mm cohorts)."""
+
+import numpy as np
+import pytest
+import yaml
+
+from synthaudit import workspace as ws
+from synthaudit.io import save_volume
+from synthaudit.review.verdict import verdict_lines
+from synthaudit.workspace import Inputs, write_workspace
+
+SHAPE = (12, 14, 10)
+
+
+def _folders(tmp, n_train, n_synthetic=3, spacing=1.5):
+    affine = np.diag([spacing, spacing, spacing, 1.0])
+    rng = np.random.default_rng(0)
+    for k in range(n_train):
+        save_volume(tmp / "training" / f"p{k:03d}_s0.nii.gz", rng.random(SHAPE).astype(np.float32), affine)
+    for k in range(n_synthetic):
+        save_volume(tmp / "synthetic" / f"gen{k}.nii.gz", rng.random(SHAPE).astype(np.float32), affine)
+    return Inputs(training=tmp / "training", synthetic=tmp / "synthetic", registered=True)
+
+
+def _params(path):
+    return yaml.safe_load((path / "params.yaml").read_text())
+
+
+@pytest.mark.parametrize("n_train, n_expected", [(60, 50), (12, 12)])
+def test_n_closest_is_relicts_50_where_the_training_set_allows(tmp_path, n_train, n_expected):
+    plan = write_workspace(tmp_path / "ws", _folders(tmp_path / "in", n_train), progress=lambda m: None)
+    p = _params(tmp_path / "ws")
+    assert p["relict"]["n_closest"] == n_expected == plan["derived"]["n_closest"]
+    assert p["relict"]["alignment"]["candidates"] == n_expected  # every distance of the ratio aligned
+    text = (tmp_path / "ws/params.yaml").read_text()
+    assert f"{n_train} training scans" in text  # the comment says where the value came from
+    if n_expected < 50:
+        assert f"allow {n_expected} (all of them)" in text
+
+
+def test_alignment_on_when_affordable_off_with_its_estimate_otherwise(tmp_path, monkeypatch):
+    write_workspace(tmp_path / "small", _folders(tmp_path / "in", 20), progress=lambda m: None)
+    p = _params(tmp_path / "small")
+    assert p["relict"]["alignment"]["datasets"] == ["audit"]
+    text = (tmp_path / "small/params.yaml").read_text()
+    assert "on (init): augmented copies (flipped, shifted, rotated) searched; about" in text
+    # the pre-selection blocks in mm, with the factor this grid gets (6 mm at 1.5 mm: 4 voxels)
+    assert p["relict"]["alignment"]["preselect_block_mm"] == 6
+    assert "4x4x4 voxels on your grid (6 x 6 x 6 mm)" in text
+    # an audit whose alignment would take longer than the budget: off, the estimate in the comment
+    monkeypatch.setattr(ws, "ALIGNMENT_BUDGET_HOURS", 1e-9)
+    plan = write_workspace(tmp_path / "big", _folders(tmp_path / "in2", 20), progress=lambda m: None)
+    assert _params(tmp_path / "big")["relict"]["alignment"]["datasets"] == []
+    assert plan["derived"]["alignment_on"] is False
+    assert "off (init): about" in (tmp_path / "big/params.yaml").read_text()
+
+
+def test_a_path_with_spaces_and_hashes_stays_one_yaml_value(tmp_path):
+    # a ratings path ran into its comment ("ratings: /data/x.tsv# a rating ...") and broke params.yaml
+    inp = _folders(tmp_path / "in # odd: folder", 4)
+    ratings = tmp_path / "in # odd: folder" / "a long folder name for the ratings table" / "ratings.tsv"
+    ratings.parent.mkdir(parents=True)
+    ratings.write_text("synthetic_id\trater\tscore\ngen0\tr1\t4\n")
+    inp.ratings = ratings
+    write_workspace(tmp_path / "ws", inp, progress=lambda m: None)
+    ds = _params(tmp_path / "ws")["datasets"]["audit"]
+    assert ds["ratings"] == str(ratings.resolve()) and ds["synthetic"]["folder"] == str(inp.synthetic.resolve())
+
+
+def test_verdict_says_when_augmented_copies_were_not_searched():
+    v = {"dataset": "audit", "n_synthetic": 3, "aligned": False,
+         "measures": {"mae": {"most_likely": [("gen0", "p000_s0", 0.1)]}}}
+    text = "\n".join(verdict_lines(v))
+    assert "augmented copies (flipped, shifted, rotated) were not searched" in text
+    v["aligned"] = True
+    assert "not searched" not in "\n".join(verdict_lines(v))
+
+
+def test_unet_patch_fits_a_small_registered_grid(tmp_path):
+    inp = _folders(tmp_path / "in", 4)
+    affine = np.diag([1.5, 1.5, 1.5, 1.0])
+    for f in (tmp_path / "in/training").glob("*.nii.gz"):
+        save_volume(tmp_path / "in/labels" / f.name, np.ones(SHAPE, np.uint8), affine)
+    inp.labels = tmp_path / "in/labels"
+    write_workspace(tmp_path / "ws", inp, progress=lambda m: None)
+    seg = _params(tmp_path / "ws")["datasets"]["audit"]["segmentation"]
+    assert seg["source"] == "unet" and seg["unet"]["patch_size"] == [8, 8, 8]  # 12 x 14 x 10: 48 would not fit
