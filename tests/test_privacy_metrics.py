@@ -332,3 +332,12 @@ def test_one_space_has_no_epoch_time_ratio_and_no_evaluations_give_empty_outputs
     metrics, rows = summary.gather([_evaluation("latent", 1.0)])
     assert list(metrics["ncct"]) == ["latent"] and len(rows) == 1
     assert summary.gather([]) == ({}, [])
+
+
+def test_roc_figure_without_curves_says_why(tmp_path):
+    # held-out patients with one scan each (a set init accepts): no same-patient pair, no ROC;
+    # the figure says so instead of stopping privacy_metrics (issue 29: the real-anatomy audit)
+    from synthaudit.privacy import figures
+
+    figures.roc_figure(tmp_path / "roc.png", {}, "audit: patient verification", note="no held-out patient with two scans")
+    assert (tmp_path / "roc.png").stat().st_size > 5_000

@@ -19,7 +19,9 @@ with logged(snakemake.log[0]) as log:
     by_owner = summary.by_training_set(evaluations)
     for owner, roc_path, cons_path in zip(snakemake.params.owners, snakemake.output.roc, snakemake.output.consistency):
         spaces = by_owner[owner]
-        figures.roc_figure(roc_path, summary.roc_curves(spaces), f"{owner}: patient verification on held-out patients")
+        notes = [ev.get("verification_note") for ev in spaces.values()]
+        figures.roc_figure(roc_path, summary.roc_curves(spaces), f"{owner}: patient verification on held-out patients",
+                           note=next((n for n in notes if n), None))
         figures.consistency_figure(cons_path, summary.consistency(spaces),
                                    f"{owner}: agreement of {next(iter(spaces.values()))['n_filters']} filters "
                                    "(different seeds)")

@@ -23,11 +23,17 @@ PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e
 _save = save_figure
 
 
-def roc_figure(path, curves: dict[str, tuple[np.ndarray, np.ndarray, float]], title: str) -> None:
-    """One ROC panel, a line per label ("label (AUC 0.93)"), chance diagonal dashed."""
-    if not curves:
-        raise ValueError("roc_figure needs at least one curve")
+def roc_figure(path, curves: dict[str, tuple[np.ndarray, np.ndarray, float]], title: str,
+               note: str | None = None) -> None:
+    """One ROC panel, a line per label ("label (AUC 0.93)"), chance diagonal dashed.
+
+    Without curves (held-out patients with one scan each: no same-patient pair to verify, a
+    set ``synthaudit init`` accepts), the panel says so (``note``) instead of stopping the run.
+    """
     fig, ax = plt.subplots(figsize=(4.6, 4.6))
+    if not curves:
+        ax.text(0.5, 0.5, "no ROC: " + (note or "no verification pairs"), ha="center", va="center", wrap=True,
+                fontsize=8, transform=ax.transAxes)
     ax.plot([0, 1], [0, 1], ls="--", color="#999999", lw=1, label="chance")
     for k, (label, (fpr, tpr, auc)) in enumerate(curves.items()):
         fpr = np.asarray(fpr, float)
