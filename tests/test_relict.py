@@ -9,7 +9,8 @@ from scipy import ndimage as ndi
 from skimage.metrics import structural_similarity
 
 from synthaudit.relict import image_measures
-from synthaudit.relict.evaluate import evaluate_measure, optimal_threshold, roc_auc, threshold_sweep
+from synthaudit.relict.evaluate import (best_balanced_accuracy, evaluate_measure, optimal_threshold, roc_auc,
+                                       threshold_sweep)
 from synthaudit.relict.image_measures import FUSED as MEASURES, all_pairs_image_measures
 from synthaudit.relict import ranking
 from synthaudit.relict.ranking import ranking_rows
@@ -306,6 +307,23 @@ def test_optimal_threshold_plateaus():
     rows = threshold_sweep([0.1, 0.3, 0.5, 0.7], [True, False, True, False], step=0.1)
     np.testing.assert_allclose([r["balanced_accuracy"] for r in rows], [0.75, 0.75, 0.5, 0.5, 0.75, 0.75, 0.5])
     assert optimal_threshold(rows)["threshold"] == 0.1
+
+
+def test_best_balanced_accuracy_finds_thresholds_the_grid_misses():
+    # Cosine-like ratios (real anatomy): copies 0.001-0.007, new volumes from 0.006. No 0.01 grid
+    # point lies between them; the best threshold between observed ratios does.
+    copies = [0.0013, 0.0026, 0.0044, 0.0066]
+    new = [0.0064, 0.008, 0.0086, 0.0098, 0.0139, 0.0165, 0.0245]
+    ratios, truth = copies + new, [True] * 4 + [False] * 7
+    result = evaluate_measure(ratios, truth, 0.01)
+    # grid: 0.00 calls nothing (BA 0.5); 0.01 calls all copies and 4 of 7 new -> (1 + 3/7) / 2
+    assert result["balanced_accuracy"] == pytest.approx((1 + 3 / 7) / 2)
+    # at 0.0066: all 4 copies and one new volume (0.0064) -> (1 + 6/7) / 2; at 0.0044: (3/4 + 1) / 2
+    assert result["balanced_accuracy_any_threshold"] == pytest.approx((1 + 6 / 7) / 2)
+    assert evaluate_measure(ratios, truth, 0.0001)["balanced_accuracy"] == pytest.approx((1 + 6 / 7) / 2)
+    # never below the call-nothing threshold, and NaN without both classes
+    assert best_balanced_accuracy([0.9, 0.1], [True, False]) == 0.5
+    assert math.isnan(best_balanced_accuracy([0.1, 0.2], [True, True]))
 
 
 def test_single_class_gives_nan():

@@ -32,6 +32,12 @@ with logged(snakemake.log[0]) as log:
     log.info("%s: threshold %.2f, balanced accuracy %.3f (out of sample: %s), AUC %.3f", snakemake.wildcards.measure,
              result["threshold"], result["balanced_accuracy"],
              "no CI" if ci is None else f"{100 * b['level']:.0f}% CI {ci[0]:.3f}-{ci[1]:.3f}", result["auc"])
+    any_ba = result["balanced_accuracy_any_threshold"]
+    if any_ba == any_ba and any_ba > result["balanced_accuracy"] + 0.02:  # the grid hides a better threshold
+        log.warning("%s: the sweep's step (evaluation.threshold_step = %g) is coarse for these ratios "
+                    "(%.4g-%.4g): a threshold between two of them reaches balanced accuracy %.3f; "
+                    "a smaller step shows it in the sweep", snakemake.wildcards.measure, ev["threshold_step"],
+                    scores.min(), scores.max(), any_ba)
     if "calibrated" in result:
         c = result["calibrated"]
         log.info("%s: calibrated at rate %.3f: %d called, sensitivity %s, specificity %s", snakemake.wildcards.measure,

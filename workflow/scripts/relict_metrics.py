@@ -11,6 +11,8 @@ from synthaudit import registry
 from synthaudit.relict.ranking import read_ranking
 
 KEYS = ("threshold", "balanced_accuracy", "sensitivity", "specificity", "auc", "n_synthetic", "n_replicas")
+# newer keys: evaluation summaries written before them lack them (read with .get)
+OPTIONAL_KEYS = ("balanced_accuracy_any_threshold",)
 
 with logged(snakemake.log[0]) as log:
     evaluations = {d: json.loads(open(p).read()) for d, p in zip(snakemake.params.rated, snakemake.input.evaluations)}
@@ -44,6 +46,7 @@ with logged(snakemake.log[0]) as log:
             if d in evaluations:
                 ev = evaluations[d]["measures"][m]
                 e.update({k: ev[k] for k in KEYS})
+                e.update({k: ev[k] for k in OPTIONAL_KEYS if ev.get(k) is not None})
                 ci = ev.get("ci") or {}  # out-of-bag bootstrap: tuned on a resample, scored on the rest
                 for k in ("threshold", "balanced_accuracy", "sensitivity", "specificity"):
                     if ci.get(k) is not None:

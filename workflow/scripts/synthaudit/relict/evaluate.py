@@ -126,12 +126,35 @@ def roc_auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return float(u / (n_pos * n_neg))
 
 
+def best_balanced_accuracy(ratios: np.ndarray, is_replica: np.ndarray) -> float:
+    """Balanced accuracy at the best threshold anywhere, not only on the sweep's grid.
+
+    Why: RELICT's 0.01 grid suits ratios spread over [0, 1]. A measure whose ratios all sit
+    below a few hundredths (cosine distance, a squared chord, on real anatomy: copies
+    0.001-0.007, new patients from 0.006) has no grid threshold between its classes, so the
+    grid's balanced accuracy understates what the measure separates. Thresholds here are
+    every observed ratio (calling ratios at or below it) and one below all of them. NaN when
+    the rating lacks a class.
+    """
+    ratios, labels = _check(ratios, is_replica)
+    n_pos, n_neg = int(labels.sum()), int((~labels).sum())
+    if n_pos == 0 or n_neg == 0:
+        return math.nan
+    cuts = np.unique(ratios)
+    tp = np.searchsorted(np.sort(ratios[labels]), cuts, side="right")
+    fp = np.searchsorted(np.sort(ratios[~labels]), cuts, side="right")
+    balanced = (tp / n_pos + (n_neg - fp) / n_neg) / 2
+    return float(max(balanced.max(), 0.5))  # 0.5: the threshold below every ratio calls nothing
+
+
 def evaluate_measure(ratios: np.ndarray, is_replica: np.ndarray, step: float = 0.01) -> dict:
     """Sweep, optimal threshold and AUC of one measure's ratios against a rating.
 
     Returns:
         Dict with ``threshold, balanced_accuracy, sensitivity, specificity`` (of the
-        optimal row; NaN when the rating lacks a class), ``auc``, ``n_synthetic,
+        optimal row; NaN when the rating lacks a class), ``balanced_accuracy_any_threshold``
+        (:func:`best_balanced_accuracy`: above the grid's when the grid is too coarse for
+        this measure's ratios), ``auc``, ``n_synthetic,
         n_replicas, n_nonreplicas`` and ``sweep`` (the rows of
         :func:`threshold_sweep`).
     """
@@ -143,7 +166,8 @@ def evaluate_measure(ratios: np.ndarray, is_replica: np.ndarray, step: float = 0
     if 0 < n_replicas < labels.size:
         best = optimal_threshold(sweep)
         result = {key: best[key] for key in result}
-    result.update(auc=roc_auc(-ratios, labels), n_synthetic=int(labels.size), n_replicas=n_replicas,
+    result.update(balanced_accuracy_any_threshold=best_balanced_accuracy(ratios, labels),
+                  auc=roc_auc(-ratios, labels), n_synthetic=int(labels.size), n_replicas=n_replicas,
                   n_nonreplicas=int(labels.size - n_replicas), sweep=sweep)
     return result
 
