@@ -86,3 +86,18 @@ def test_unet_patch_fits_a_small_registered_grid(tmp_path):
     write_workspace(tmp_path / "ws", inp, progress=lambda m: None)
     seg = _params(tmp_path / "ws")["datasets"]["audit"]["segmentation"]
     assert seg["source"] == "unet" and seg["unet"]["patch_size"] == [8, 8, 8]  # 12 x 14 x 10: 48 would not fit
+
+
+def test_feature_encoder_is_the_pretrained_ct_encoder_where_installed(tmp_path, monkeypatch):
+    # real heads (docs/real_anatomy.md): the pretrained encoder separated copies by both embedding
+    # measures; without its weights package the workspace keeps the repository's extractor
+    monkeypatch.setattr(ws, "astra_installed", lambda: True)
+    plan = write_workspace(tmp_path / "with", _folders(tmp_path / "in", 6), progress=lambda m: None)
+    assert _params(tmp_path / "with")["relict"]["features"]["extractor"] == "astra_resnet152"
+    assert "pretrained 3D CT encoder" in plan["levels"][1]
+    assert "docs/real_anatomy.md" in (tmp_path / "with/params.yaml").read_text()
+    monkeypatch.setattr(ws, "astra_installed", lambda: False)
+    plan = write_workspace(tmp_path / "without", _folders(tmp_path / "in2", 6), progress=lambda m: None)
+    repo = yaml.safe_load((ws.REPO / "params.yaml").read_text())["relict"]["features"]["extractor"]
+    assert _params(tmp_path / "without")["relict"]["features"]["extractor"] == repo
+    assert plan["estimate_cpu_minutes"] >= 0 and "ResNet-50" in plan["levels"][1]

@@ -5,7 +5,7 @@
 #   run.sh audit          one `snakemake --cores all`, every measure scored per replica kind:
 #                         results/bench/real_anatomy_<config>.{json,md}   (make real-anatomy)
 #   run.sh feature-study  the workflow's feature-level study, augmented copies left unrated:
-#                         results/feature_study/real_anatomy_<config>.{md,tsv}   (make feature-study)
+#                         results/bench/real_anatomy_feature_study_<config>.{md,tsv}   (make feature-study)
 # The cohort and the audit folders stay in data/real_anatomy/ (CONFIG=... picks another cohort.yaml).
 set -euo pipefail
 MODE="${1:-audit}"
@@ -40,11 +40,11 @@ case "$MODE" in
     STUDY="$DATA/feature_study_$NAME"
     init "$STUDY" "$COHORT/ratings_plain.tsv"
     (cd "$STUDY" && "$BIN/snakemake" --cores all feature_study_all)
-    mkdir -p "$ROOT/results/feature_study"
+    mkdir -p "$ROOT/results/bench"
     for ext in md tsv; do
-      cp "$STUDY/results/feature_study/table.$ext" "$ROOT/results/feature_study/real_anatomy_$NAME.$ext"
+      cp "$STUDY/results/feature_study/table.$ext" "$ROOT/results/bench/real_anatomy_feature_study_$NAME.$ext"
     done
-    echo "real-anatomy feature study: results/feature_study/real_anatomy_$NAME.md"
+    echo "real-anatomy feature study: results/bench/real_anatomy_feature_study_$NAME.md"
     ;;
   *) echo "usage: $0 [audit|feature-study]" >&2; exit 2 ;;
 esac

@@ -83,7 +83,9 @@ def _init(args) -> int:
               + ("" if der["n_closest"] == 50 else f"; {der['n_train']} training scans") + "); augmented copies "
               + ("searched (relict.alignment on" if der["alignment_on"] else "NOT searched (relict.alignment off")
               + f": about {der['alignment_hours']:.1f} h on 2 threads for {der['alignment_pairs']} pairs; "
-              f"pre-selection on {der['preselect_factor']}-voxel blocks)")
+              f"pre-selection on {der['preselect_factor']}-voxel blocks)"
+              + (f"; feature level: {der['extractor']} (pretrained, docs/real_anatomy.md)" if der.get("extractor")
+                 else ""))
     if p["warning"]:
         print(f"  WARNING: {p['warning']}")
     print(f"\nnext:\n  cd {d}\n  snakemake --cores all          # or: dvc repro; SLURM: --workflow-profile "
