@@ -268,3 +268,17 @@ def _wait_until_dead(pid: int, timeout_s: float = 10.0):
             return
         time.sleep(0.05)
     raise AssertionError(f"process {pid} still runs {timeout_s} s after SIGKILL")
+
+
+def test_a_killed_writers_temporary_file_is_removed_by_the_next_write(tmp_path):
+    # SIGKILL runs no cleanup: the temporary file stays beside the output until it is written again
+    target = tmp_path / "ranking.tsv"
+    stale = tmp_path / ".tmp-ranking-ab12cd_9.tsv"
+    stale.write_text("half")
+    other = tmp_path / ".tmp-ranking-x-ab12cd_9.tsv"  # another output's (ranking-x) live temporary file
+    other.write_text("another job")
+    with atomic_path(target) as tmp:
+        tmp.write_text("done")
+    assert target.read_text() == "done"
+    assert not stale.exists() and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".tmp-ranking-x-ab12cd_9.tsv", "ranking.tsv"]

@@ -11,7 +11,9 @@ import contextlib
 import errno
 import json
 import os
+import re
 import shutil
+from glob import escape as glob_escape
 import tempfile
 from pathlib import Path
 from typing import Iterator
@@ -71,13 +73,15 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     The temporary file keeps the final suffix(es) so that writers that pick a format
     from the extension (nibabel, matplotlib) behave as for the final name. On failure it
     is removed and ``path`` is left as it was; a full disk (or quota) raises
-    :class:`DiskFullError`, naming ``path``.
+    :class:`DiskFullError`, naming ``path``. A temporary file that a killed writer of the
+    same output left behind (SIGKILL runs no cleanup) is removed first.
     """
     path = Path(path)
     if suffix is None:
         suffix = "".join(path.suffixes) or ".tmp"
     with _naming_disk_full(path):
         path.parent.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(path, suffix)
         fd, tmp = tempfile.mkstemp(prefix=f".tmp-{path.stem}-", suffix=suffix, dir=path.parent)
         os.close(fd)
     tmp_path = Path(tmp)
@@ -92,6 +96,23 @@ def atomic_path(path: str | os.PathLike, suffix: str | None = None) -> Iterator[
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+_MKSTEMP_NAME = re.compile(r"[a-z0-9_]{8}")  # tempfile's random part: 8 characters of this set
+
+
+def _remove_stale_temporaries(path: Path, suffix: str) -> None:
+    """Remove ``.tmp-<stem>-XXXXXXXX<suffix>`` files of ``path`` left by a killed writer.
+
+    Only this output's own names match (the random part is exactly mkstemp's 8 characters,
+    so ``.tmp-ranking-x-...`` of an output ``ranking-x`` is not ``ranking``'s); Snakemake never
+    runs two jobs that write one output, so a match is not another writer's live file.
+    """
+    prefix = f".tmp-{path.stem}-"
+    for stale in path.parent.glob(glob_escape(prefix) + "*" + glob_escape(suffix)):
+        middle = stale.name[len(prefix):len(stale.name) - len(suffix)]
+        if _MKSTEMP_NAME.fullmatch(middle) and stale.is_file():
+            stale.unlink(missing_ok=True)
 
 
 @contextlib.contextmanager
