@@ -5,7 +5,6 @@ with defined numbers everywhere a number is defined and the oddities said where 
 
 import json
 import math
-import os
 import subprocess
 
 import numpy as np
@@ -14,7 +13,8 @@ from scipy import ndimage
 
 from synthaudit.io import read_tsv, save_volume
 from synthaudit.workspace import set_value
-from workflow_helpers import BIN, ROOT
+from workflow_helpers import BIN, ROOT, init_labelled_audit
+from workflow_helpers import env as helper_env
 
 SHAPE = (20, 24, 18)
 AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
@@ -73,13 +73,8 @@ def _finite(value) -> bool:
 def test_every_input_init_accepts_completes_the_full_run_without_nan(tmp_path):
     d = _odd_folders(tmp_path / "in")
     ws = tmp_path / "odd_audit"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(ROOT / "workflow" / "scripts")}
-    init = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "init", str(ws), "--training", str(d / "training"),
-                           "--heldout", str(d / "heldout"), "--synthetic", str(d / "synthetic"), "--labels",
-                           str(d / "labels"), "--synthetic-labels", str(d / "synthetic_labels"), "--registered",
-                           "--patient-pattern", r"^(pat\d+)_", "--classes", "structure"],
-                          env=env, capture_output=True, text=True)
+    env = helper_env()
+    init = init_labelled_audit(ws, d, env)
     assert init.returncode == 0, init.stderr
     warned = {r["id"]: r["warning"] for r in read_tsv(ws / "data/input_warnings.tsv")}
     assert set(warned) == {"pat0_s0", "pat6_s1", "gen_zero", "gen_const", "gen_spot", "gen_wide"}, warned

@@ -17,7 +17,8 @@ from synthaudit.config import load_params
 from synthaudit.io import read_tsv, save_volume
 from synthaudit.sources import SourceError, plan_dataset, read_manifest
 from synthaudit.workspace import Inputs, WorkspaceError, write_workspace
-from workflow_helpers import BIN, ROOT
+from workflow_helpers import BIN, ROOT, init_labelled_audit
+from workflow_helpers import env as helper_env
 
 SHAPE = (20, 24, 18)
 AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
@@ -295,13 +296,8 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     starts before any privacy filter trains (rule priorities)."""
     d = _folders(tmp_path / "in")
     ws = tmp_path / "my_audit"
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-           "PYTHONPATH": str(ROOT / "workflow" / "scripts")}
-    init = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "init", str(ws), "--training", str(d / "training"),
-                           "--heldout", str(d / "heldout"), "--synthetic", str(d / "synthetic"), "--labels",
-                           str(d / "labels"), "--synthetic-labels", str(d / "synthetic_labels"), "--registered",
-                           "--patient-pattern", r"^(pat\d+)_", "--classes", "structure"],
-                          env=env, capture_output=True, text=True)
+    env = helper_env()
+    init = init_labelled_audit(ws, d, env)
     assert init.returncode == 0, init.stderr
     assert "10 training scans of 5 patients" in init.stdout and "snakemake --cores all" in init.stdout
     # One job at a time: priority orders the *ready* jobs, so with a free second core a filter may

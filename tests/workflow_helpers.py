@@ -100,6 +100,17 @@ def env() -> dict:
     return e
 
 
+def init_labelled_audit(workspace: Path, folders: Path, environ: dict) -> subprocess.CompletedProcess:
+    """`synthaudit init` as a user types it, on folders training/heldout/synthetic/labels/
+    synthetic_labels of registered volumes named ``pat<k>_...`` with one label class."""
+    return subprocess.run(
+        [str(BIN / "python"), "-m", "synthaudit", "init", str(workspace), "--training", str(folders / "training"),
+         "--heldout", str(folders / "heldout"), "--synthetic", str(folders / "synthetic"), "--labels",
+         str(folders / "labels"), "--synthetic-labels", str(folders / "synthetic_labels"), "--registered",
+         "--patient-pattern", r"^(pat\d+)_", "--classes", "structure"],
+        env=environ, capture_output=True, text=True)
+
+
 def snakemake(workdir: Path, *targets: str, check: bool = True, extra=()) -> subprocess.CompletedProcess:
     """Run the repository's Snakefile in ``workdir`` (which holds its own params.yaml)."""
     cmd = [str(BIN / "snakemake"), "-s", str(ROOT / "Snakefile"), "-d", str(workdir),
