@@ -3,12 +3,14 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# the benchmarks (bench/synthaudit_bench) sit beside the package, not in the wheel
+BENCH := PYTHONPATH=bench $(BIN)/python -m
 STAMP := $(VENV)/.installed
 PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test install lint report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
+.PHONY: demo test install lint wheel lock demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -36,16 +38,16 @@ test: $(STAMP)
 privacy: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) privacy_all
 
-# CVAE feature-space anonymisation against k-Same on the demo's embeddings (README, "Anonymisation")
+# CVAE feature-space anonymisation against k-Same on the demo's embeddings (docs/anonymisation.md)
 anonymise: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) anonymise_all
 
-# replicas under augmentation: plain vs alignment-aware measures per replica kind (README item 17)
+# replicas under augmentation: plain vs alignment-aware measures per replica kind (docs/augmentation.md)
 augmentation: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) augmentation_all
 
 # the feature-level study that chose relict.features: every candidate encoder, smoothing, pooling grid
-# and scaling scored on the demos' truth, then on real anatomy (README "Feature level", docs/real_anatomy.md)
+# and scaling scored on the demos' truth, then on real anatomy (docs/feature_study.md, docs/real_anatomy.md)
 feature-study: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) feature_study_all
 	bench/real_anatomy/run.sh feature-study
@@ -56,30 +58,49 @@ feature-study: $(STAMP)
 real-anatomy: $(STAMP)
 	bench/real_anatomy/run.sh audit
 
+# the rules' lint and format (.ci/run): Snakemake's own checks, snakefmt (pyproject: 120 columns)
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
+	$(BIN)/snakefmt --check Snakefile workflow/rules
+
+# the wheel a user installs (pip install dist/synthaudit-*.whl -c constraints.txt): the library and
+# the whole workflow as package data (hatch_build.py)
+wheel: $(STAMP)
+	rm -rf dist && $(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
+	@ls -l dist/*.whl
+
+# dvc.lock for the committed demo results: after `make demo` (which writes no lock), record the
+# code, params and outputs the demo ran with; commit it with results/metrics and results/plots
+lock: $(STAMP)
+	$(BIN)/dvc commit --force --quiet
+
+# The committed baseline is what this commit's demo produces (.ci/run): make demo, then every
+# tracked metric and plot table compared with the committed one (the metric named on failure),
+# dvc.lock's code and params checked against this commit, nothing else tracked changed.
+demo-check: demo
+	$(BIN)/python .ci/check_baseline.py
 
 report: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) --report results/report.html
 
-# Benchmark of the all-pairs measures (not part of the tests; README, "Benchmark"):
+# Benchmark of the all-pairs measures (not part of the tests; docs/benchmarks.md):
 # bench at RELICT's sizes (NCCT 50 x 774, TOF 50 x 1,782), bench-quick in a few minutes.
 bench: $(STAMP)
-	$(BIN)/python -m synthaudit.bench --scale ncct tof
-	$(BIN)/python -m synthaudit.bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
-	$(BIN)/python -m synthaudit.bench.alignment --scale ncct --out results/bench/alignment_ncct.json
-	$(BIN)/python -m synthaudit.bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
+	$(BENCH) synthaudit_bench --scale ncct tof
+	$(BENCH) synthaudit_bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
+	$(BENCH) synthaudit_bench.alignment --scale ncct --out results/bench/alignment_ncct.json
+	$(BENCH) synthaudit_bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
 
 bench-quick: $(STAMP)
-	$(BIN)/python -m synthaudit.bench --scale quick
-	$(BIN)/python -m synthaudit.bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
-	$(BIN)/python -m synthaudit.bench.embedding --spacing 2 --out results/bench/embedding_2mm.json
+	$(BENCH) synthaudit_bench --scale quick
+	$(BENCH) synthaudit_bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
+	$(BENCH) synthaudit_bench.embedding --spacing 2 --out results/bench/embedding_2mm.json
 
-# The developer's loop on a fresh clone of HEAD (README, "Benchmark"): make install, make demo
+# The developer's loop on a fresh clone of HEAD (docs/benchmarks.md): make install, make demo
 # and make test timed, Snakemake's own CPU (py-spy profile), concurrency; results/bench/loop.json.
 bench-loop: $(STAMP)
 	$(BIN)/python -m pip install --quiet py-spy -c constraints.txt
-	$(BIN)/python -m synthaudit.bench.loop --out results/bench/loop.json --profile-master
+	$(BENCH) synthaudit_bench.loop --out results/bench/loop.json --profile-master
 
 clean:
 	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \

@@ -5,16 +5,16 @@ one target rule per stage. `snakemake --workflow-profile workflow/profiles/defau
 runs everything; `make demo` does that on the embedded demo.
 """
 
-import sys
 from pathlib import Path
 
 from snakemake.utils import min_version
 
-min_version("8.0")
+# The library is the installed synthaudit package (pip install of the wheel, or `make install`:
+# an editable install of src/). Rules with --use-conda import the same one: Snakemake appends
+# this process's import path to every script's (snakemake.script: get_snakemake_searchpaths).
+import synthaudit
 
-# The library is importable without installing it (conda envs need no pip install). This
-# file's own folder, also when an audit workspace uses it as a module (synthaudit init).
-sys.path.insert(0, str(Path(str(workflow.current_basedir)) / "workflow" / "scripts"))
+min_version("8.0")
 
 
 configfile: "params.yaml"
@@ -41,8 +41,9 @@ include: "workflow/rules/anonymise.smk"
 # The report's first page starts with the verdict written by rule verdict (read here, after
 # params.yaml was validated, when `snakemake --report` parses this file after the run).
 _verdict = Path("results/verdict.rst")
-config["report_verdict"] = _verdict.read_text() if _verdict.is_file() else \
-    "*No verdict yet: run the workflow before making the report.*\n"
+config["report_verdict"] = (
+    _verdict.read_text() if _verdict.is_file() else "*No verdict yet: run the workflow before making the report.*\n"
+)
 
 
 rule all:

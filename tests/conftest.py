@@ -1,13 +1,14 @@
-"""Shared fixtures: the repository root on sys.path, small NIfTI files made on the fly."""
+"""Shared fixtures: the repository root, small NIfTI files made on the fly.
 
-import sys
+synthaudit is imported as installed (`make install`: an editable install of src/), the
+benchmarks from bench/ (pyproject: pytest's pythonpath)."""
+
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "workflow" / "scripts"))
 
 
 # The longest files first, so that with two workers (pyproject: -n 2 --dist loadfile) the

@@ -108,7 +108,7 @@ def test_bound_ratio_is_never_above_the_exact_one_with_an_exact_numerator():
 
 
 def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
-    from synthaudit.bench.alignment_scale import run_scale
+    from synthaudit_bench.alignment_scale import run_scale
 
     shape = (32, 36, 30)
     training = np.stack([np.rint(head(s, shape) * 100) for s in range(50, 64)]).astype(np.int16)
@@ -203,7 +203,7 @@ def test_full_resolution_step_drops_a_spurious_coarse_rotation(monkeypatch):
 
 
 def test_alignment_target_is_twice_the_measured_in_full_ssim(tmp_path):
-    from synthaudit.bench.alignment import ssim_target_s
+    from synthaudit_bench.alignment import ssim_target_s
 
     bench = tmp_path / "ncct.json"
     assert ssim_target_s(bench) == 1200.0  # nothing measured: twice SSIM's own 10-minute target

@@ -13,7 +13,7 @@ from scipy import ndimage
 
 from synthaudit.io import read_tsv, save_volume
 from synthaudit.workspace import set_value
-from workflow_helpers import BIN, ROOT, init_labelled_audit
+from workflow_helpers import BIN, init_labelled_audit
 from workflow_helpers import env as helper_env
 
 SHAPE = (20, 24, 18)
@@ -81,8 +81,8 @@ def test_every_input_init_accepts_completes_the_full_run_without_nan(tmp_path):
     assert "WARNING: 6 input volume(s) accepted with a warning" in init.stdout
     # the privacy filters run (held-out scans, patients with two scans), shortened to keep the test short
     text = (ws / "params.yaml").read_text()
-    text = set_value(text, "privacy.training.epochs", "1", "test: one epoch")
-    text = set_value(text, "privacy.consistency.n_filters", "1", "test: one filter")
+    text = set_value(text, "privacy.training.epochs", 1, "test: one epoch")
+    text = set_value(text, "privacy.consistency.n_filters", 1, "test: one filter")
     (ws / "params.yaml").write_text(text)
 
     run = subprocess.run([str(BIN / "snakemake"), "--cores", "2"], cwd=ws, env=env, capture_output=True, text=True)

@@ -1,4 +1,4 @@
-"""The benchmark harness (synthaudit.bench) at a toy scale: parameters, cohorts, figures, one run.
+"""The benchmark harness (synthaudit_bench) at a toy scale: parameters, cohorts, figures, one run.
 
 The benchmark itself (``make bench``) is not part of the tests; these check that its
 inputs are what they claim (deterministic, cached, atomic cohorts; a strict params
@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 import yaml
 
-from synthaudit.bench import params as P
-from synthaudit.bench import report as R
-from synthaudit.bench.cohort import Cohort, CohortSpec, cohort_path, ensure, generate
-from synthaudit.bench.reference import choose_pairs, compare
-from synthaudit.bench.run import bench_scale, spawn
+from synthaudit_bench import params as P
+from synthaudit_bench import report as R
+from synthaudit_bench.cohort import Cohort, CohortSpec, cohort_path, ensure, generate
+from synthaudit_bench.reference import choose_pairs, compare
+from synthaudit_bench.run import bench_scale, spawn
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:surface_distance")
 
@@ -138,7 +138,7 @@ def test_ncct_volumes_do_not_share_an_anatomy():
     rolled 6 base heads: there the best shift brought two volumes within 3x a replica's distance)."""
     import itertools
 
-    from synthaudit.bench.cohort import _NCCT
+    from synthaudit_bench.cohort import _NCCT
 
     spec = CohortSpec("ncct", 4, 6, 1, (24, 28, 24), (3.0, 3.0, 3.0), 1, 16, 0)
     draw = _NCCT(spec)

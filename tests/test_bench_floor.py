@@ -1,8 +1,8 @@
-"""The SSIM floor of the benchmark (synthaudit.bench.floor): counts and the bound."""
+"""The SSIM floor of the benchmark (synthaudit_bench.floor): counts and the bound."""
 
 import pytest
 
-from synthaudit.bench.floor import ssim_floor, ssim_pair_cost
+from synthaudit_bench.floor import ssim_floor, ssim_pair_cost
 
 
 def test_counts_of_the_smallest_volume():

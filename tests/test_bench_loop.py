@@ -1,6 +1,6 @@
-"""The loop benchmark's reading of a Snakemake log (synthaudit.bench.loop)."""
+"""The loop benchmark's reading of a Snakemake log (synthaudit_bench.loop)."""
 
-from synthaudit.bench.loop import parse_snakemake_log, rule_table, summarise_profile, timeline
+from synthaudit_bench.loop import parse_snakemake_log, rule_table, summarise_profile, timeline
 
 LOG = """Select jobs to execute...
 [Tue Nov 24 04:00:00 2026]
@@ -55,7 +55,7 @@ def test_profile_summary(tmp_path):
 
 
 def test_machine_speed_is_recorded_or_explained(monkeypatch):
-    from synthaudit.bench import floor, loop
+    from synthaudit_bench import floor, loop
 
     monkeypatch.setattr(floor, "machine_rates", lambda threads: {"threads": threads, "gemm_gflops": 1.0,
                                                                  "copy_gb_s": 2.0})

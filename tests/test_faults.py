@@ -167,7 +167,7 @@ def _copy_without_measure(reference, tmp_path) -> Path:
 
 def _fault_env(**faults) -> dict:
     e = env()
-    e["PYTHONPATH"] = f"{FAULTS}{os.pathsep}{e['PYTHONPATH']}"
+    e["PYTHONPATH"] = os.pathsep.join(p for p in (str(FAULTS), e.get("PYTHONPATH")) if p)
     return {**e, **faults}
 
 

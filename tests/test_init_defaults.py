@@ -98,6 +98,6 @@ def test_feature_encoder_is_the_pretrained_ct_encoder_where_installed(tmp_path, 
     assert "docs/real_anatomy.md" in (tmp_path / "with/params.yaml").read_text()
     monkeypatch.setattr(ws, "astra_installed", lambda: False)
     plan = write_workspace(tmp_path / "without", _folders(tmp_path / "in2", 6), progress=lambda m: None)
-    repo = yaml.safe_load((ws.REPO / "params.yaml").read_text())["relict"]["features"]["extractor"]
+    repo = yaml.safe_load(ws.resources.default_params().read_text())["relict"]["features"]["extractor"]
     assert _params(tmp_path / "without")["relict"]["features"]["extractor"] == repo
     assert plan["estimate_cpu_minutes"] >= 0 and "ResNet-50" in plan["levels"][1]

@@ -57,7 +57,6 @@ def test_jobs_never_use_more_threads_than_cores(tmp_path, scheduler):
 
 POLLING_SNAKEFILE = """
 import sys, time
-sys.path.insert(0, {scripts!r})
 from synthaudit.scheduler_fix import keep_one_reevaluation_timer
 FIX = keep_one_reevaluation_timer()
 from snakemake.scheduling import job_scheduler
@@ -94,8 +93,7 @@ onsuccess:
 
 
 def test_scheduler_wakes_once_per_timespan_not_once_per_finished_job(tmp_path):
-    scripts = Path(__file__).resolve().parents[1] / "workflow" / "scripts"
-    (tmp_path / "Snakefile").write_text(POLLING_SNAKEFILE.format(scripts=str(scripts)))
+    (tmp_path / "Snakefile").write_text(POLLING_SNAKEFILE.format())
     snakemake = Path(sys.executable).parent / "snakemake"
     run = subprocess.run([str(snakemake), "--cores", "2", "--quiet"], cwd=tmp_path, capture_output=True,
                          text=True, timeout=300)

@@ -12,13 +12,14 @@ import pytest
 import yaml
 from scipy import ndimage
 
+import synthaudit
+
 from synthaudit.cli import main
 from synthaudit.config import load_params
 from synthaudit.io import read_tsv, save_volume
 from synthaudit.sources import SourceError, plan_dataset, read_manifest
 from synthaudit.workspace import Inputs, WorkspaceError, write_workspace
-from workflow_helpers import BIN, ROOT, init_labelled_audit
-from workflow_helpers import env as helper_env
+from workflow_helpers import ROOT, checkout_copy, init_labelled_audit, installed_venv
 
 SHAPE = (20, 24, 18)
 AFFINE = np.diag([2.0, 2.0, 2.0, 1.0])
@@ -90,7 +91,8 @@ def test_init_writes_a_workspace_holding_only_this_audit(tmp_path):
     assert plan["summary"]["shape"] == list(SHAPE) and plan["warning"] is None
     for f in ("Snakefile", "dvc.yaml", ".dvc/config", "profiles/default/config.yaml", "profiles/slurm/config.yaml"):
         assert (tmp_path / "ws" / f).is_file(), f
-    assert str(ROOT / "Snakefile") in (tmp_path / "ws/Snakefile").read_text()
+    snakefile = (tmp_path / "ws/Snakefile").read_text()  # the installed workflow's, naming no checkout
+    assert "synthaudit.resources.snakefile()" in snakefile and str(ROOT) not in snakefile
 
 
 def test_init_turns_off_what_the_folders_cannot_support(tmp_path):
@@ -291,20 +293,23 @@ def test_manifest_and_plan_refuse_case_collisions_and_a_single_training_scan(tmp
 
 @pytest.mark.workflow
 def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
-    """As a new user: `synthaudit init`, then `snakemake --cores 2` in the new folder; results,
-    metrics and the report land there, nothing of the demo runs, and every all-pairs RELICT job
-    starts before any privacy filter trains (rule priorities)."""
+    """As a new user, from the wheel in a fresh environment outside any checkout: `synthaudit
+    init`, then `snakemake` in the new folder; results, metrics and the report land there,
+    nothing of the demo runs, every all-pairs RELICT job starts before any privacy filter trains
+    (rule priorities); the checkout the wheel was built from is then moved, and the workspace
+    still runs (`dvc repro`, `synthaudit where`)."""
+    checkout = checkout_copy(tmp_path / "checkout")
+    venv_bin, env = installed_venv(checkout, tmp_path / "venv")
     d = _folders(tmp_path / "in")
     ws = tmp_path / "my_audit"
-    env = helper_env()
-    init = init_labelled_audit(ws, d, env)
+    init = init_labelled_audit(ws, d, env, venv_bin)
     assert init.returncode == 0, init.stderr
     assert "10 training scans of 5 patients" in init.stdout and "snakemake --cores all" in init.stdout
     # One job at a time: priority orders the *ready* jobs, so with a free second core a filter may
     # start while the only ready RELICT job runs on the first (Snakemake 9.27 does, 9.15 did not
     # by chance). With one, the RELICT jobs' frontier always holds a ready job of priority 0 until
     # they are done, so `priority: LATER` must put every filter training after them.
-    run = subprocess.run([str(BIN / "snakemake"), "--cores", "1"], cwd=ws, env=env,
+    run = subprocess.run([str(venv_bin / "snakemake"), "--cores", "1"], cwd=ws, env=env,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-6000:]
     log = run.stdout + run.stderr
@@ -317,7 +322,12 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
          "rmse_aligned"])]
     rows = {r["synthetic_id"]: r for r in read_tsv(ws / "results/relict/audit/ranking_rmse.tsv")}
     assert rows["gen_a"]["closest_training_id"] == "pat0_s1" and rows["gen_b"]["closest_training_id"] == "pat2_s0"
-    assert set(json.loads((ws / "results/metrics/relict.json").read_text())) == {"audit"}
+    relict = json.loads((ws / "results/metrics/relict.json").read_text())
+    assert set(relict) == {"synthaudit", "audit"}  # provenance: the wheel's version, the params' hash
+    assert relict["synthaudit"]["version"] == synthaudit.__version__ and len(relict["synthaudit"]["params_sha256"]) == 64
+    workflow = subprocess.run([str(venv_bin / "python"), "-c", "import synthaudit.resources as r; print(r.snakefile())"],
+                              env=env, capture_output=True, text=True, cwd=tmp_path).stdout.strip()
+    assert workflow.startswith(str(tmp_path / "venv")) and str(checkout) not in (ws / "Snakefile").read_text()
     lines = log.splitlines()
     starts = {i: line.split()[-1].rstrip(":") for i, line in enumerate(lines)
               if line.startswith(("rule ", "localrule "))}
@@ -325,7 +335,7 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
                                                      "relict_segmentation_measure", "embed")]
     filters = [i for i, r in starts.items() if r == "privacy_train"]
     assert pairs and filters and max(pairs) < min(filters), "a privacy filter trained before the RELICT measures"
-    report = subprocess.run([str(BIN / "snakemake"), "--cores", "1", "--report", "results/report.html"], cwd=ws,
+    report = subprocess.run([str(venv_bin / "snakemake"), "--cores", "1", "--report", "results/report.html"], cwd=ws,
                             env=env, capture_output=True, text=True)
     assert report.returncode == 0, report.stderr[-3000:]
     assert (ws / "results/report.html").stat().st_size > 10_000
@@ -333,15 +343,92 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     verdict = (ws / "results/verdict.rst").read_text()
     assert verdict.startswith("Verdict") and "volumes called copies" in verdict and "most likely replicas" in verdict
     assert "data:image/png;base64," in verdict and (ws / "results/figures/audit/verdict.png").is_file()
-    assert "most likely replicas (mae)" in (ws / "results/report.html").read_text()
+    html = (ws / "results/report.html").read_text()
+    assert "most likely replicas (mae)" in html and f"synthaudit {synthaudit.__version__}" in html
+    checkout.rename(tmp_path / "moved_checkout")  # nothing of the workspace names it
     # dvc repro in the same folder: Snakemake finds everything done, the report is made, the lock written
-    dvc = subprocess.run([str(BIN / "dvc"), "repro"], cwd=ws, env=env, capture_output=True, text=True)
+    dvc = subprocess.run([str(venv_bin / "dvc"), "repro"], cwd=ws, env=env, capture_output=True, text=True)
     assert dvc.returncode == 0, dvc.stdout[-2000:] + dvc.stderr[-2000:]
     assert (ws / "dvc.lock").is_file() and "results/metrics/copies.json" in (ws / "dvc.lock").read_text()
-    where = subprocess.run([str(BIN / "python"), "-m", "synthaudit", "where"], cwd=ws, env=env,
+    where = subprocess.run([str(venv_bin / "python"), "-m", "synthaudit", "where"], cwd=ws, env=env,
                            capture_output=True, text=True)
     assert where.returncode == 0, where.stderr
     assert where.stdout.index("verdict") < where.stdout.index("synthaudit results")
     assert "most likely replicas (mae): gen_a ~ pat0_s1" in where.stdout or \
            "most likely replicas (mae): gen_b ~ pat2_s0" in where.stdout
     assert yaml.safe_load((ws / "params.yaml").read_text())["datasets"]["audit"]["manifest"] == "data/manifest.tsv"
+
+
+# ---- init writes valid params for any path and option, and never leaves a half-written folder ----
+
+ODD = "folder with spaces #1: ünïcödé — 'quotes' \"double\" [brackets] {braces} & amp; %percent"
+
+
+def _odd_root(tmp_path):
+    """A folder name of about 150 characters with spaces, YAML's special characters and unicode."""
+    root = tmp_path / (ODD + " " + "x" * (150 - len(ODD) - 1))
+    assert len(root.name) == 150
+    return root
+
+
+def test_init_writes_valid_yaml_for_a_150_character_ratings_path_with_spaces(tmp_path, capsys):
+    d = _folders(_odd_root(tmp_path) / "in")
+    ratings = d / "ratings of the two raters.tsv"
+    ratings.write_text("synthetic_id\trater\tscore\n" + "".join(f"gen_{x}\tr1\t{4 if x in 'ab' else 1}\n"
+                                                                for x in "abcde"))
+    ws = _odd_root(tmp_path) / "my audit ü"
+    code = main(["init", str(ws), "--training", str(d / "training"), "--synthetic", str(d / "synthetic"),
+                 "--heldout", str(d / "heldout"), "--labels", str(d / "labels"), "--synthetic-labels",
+                 str(d / "synthetic_labels"), "--registered", "--patient-pattern", r"^(pat\d+)_", "--modality", "mri",
+                 "--ratings", str(ratings), "--classes", "structure", "--name", "odd_audit"])
+    assert code == 0, capsys.readouterr().err
+    text = (ws / "params.yaml").read_text()
+    raw = yaml.safe_load(text)  # valid YAML, every value whole
+    ds = raw["datasets"]["odd_audit"]
+    assert ds["ratings"] == str(ratings.resolve()) and ds["synthetic"]["folder"] == str((d / "synthetic").resolve())
+    assert ds["segmentation"]["synthetic_labels"] == str((d / "synthetic_labels").resolve())
+    assert raw["feature_study"]["datasets"] == ["odd_audit"]  # --ratings switches the study on
+    # the comments of the shipped params.yaml are kept (round-trip), the demo's datasets are gone
+    assert "# RELICT" in text and "ncct_demo:" not in text
+    p = load_params(ws / "params.yaml")
+    assert p["datasets"]["odd_audit"]["ratings"] == ds["ratings"]
+    assert not [x for x in ws.parent.iterdir() if x.name.startswith(".tmp-")]
+
+
+def test_init_with_a_patient_table_at_a_unicode_path_and_a_unet(tmp_path):
+    d = _folders(tmp_path / "in")
+    table = tmp_path / "patients of ünïcode.tsv"
+    table.write_text("id\tpatient_id\n" + "".join(f"pat{p}_s{s}\tP{p}\n" for p in range(8) for s in range(2)))
+    ws = tmp_path / "ws"
+    write_workspace(ws, _inputs(d, patient_pattern=None, patient_ids=table, synthetic_labels=None, classes=[]),
+                    progress=lambda m: None)
+    raw = yaml.safe_load((ws / "params.yaml").read_text())
+    seg = raw["datasets"]["audit"]["segmentation"]
+    assert seg["source"] == "unet" and seg["classes"] == ["class1"] and seg["unet"]["patch_size"] == [16, 24, 16]
+    assert {r["patient_id"] for r in read_tsv(ws / "data/manifest.tsv")} == {f"P{p}" for p in range(8)}
+
+
+def test_a_failing_init_leaves_nothing_and_can_be_run_again(tmp_path, monkeypatch):
+    import synthaudit.workspace as ws_module
+
+    d = _folders(tmp_path / "in")
+    target = tmp_path / "ws"
+
+    def broken(folder, *a, **kw):
+        (folder / "params.yaml").write_text("half written")
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ws_module, "_write_files", broken)
+    with pytest.raises(OSError):
+        write_workspace(target, _inputs(d), progress=lambda m: None)
+    assert not target.exists() and list(tmp_path.iterdir()) == [tmp_path / "in"]  # no temporary left either
+    monkeypatch.undo()
+    write_workspace(target, _inputs(d), progress=lambda m: None)  # the second try is not refused
+    assert (target / "params.yaml").is_file()
+    with pytest.raises(WorkspaceError, match="already holds a params.yaml"):
+        write_workspace(target, _inputs(d), progress=lambda m: None)
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "notes.txt").write_text("mine")
+    with pytest.raises(WorkspaceError, match="not an empty folder"):
+        write_workspace(tmp_path / "busy", _inputs(d), progress=lambda m: None)
+    assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"

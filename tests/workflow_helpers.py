@@ -96,15 +96,58 @@ def write_params(workdir: Path, params: dict) -> Path:
 def env() -> dict:
     e = dict(os.environ)
     e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
-    e["PYTHONPATH"] = str(ROOT / "workflow" / "scripts")
     return e
 
 
-def init_labelled_audit(workspace: Path, folders: Path, environ: dict) -> subprocess.CompletedProcess:
+def checkout_copy(dest: Path) -> Path:
+    """The checkout's files as Git sees them (tracked and untracked-but-not-ignored), copied."""
+    import shutil
+
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=ROOT, capture_output=True,
+                           check=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src, dst = ROOT / rel, dest / rel
+        if src.is_symlink():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            os.symlink(os.readlink(src), dst)
+        elif src.is_file():
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    return dest
+
+
+def installed_venv(checkout: Path, venv: Path) -> tuple[Path, dict]:
+    """A fresh virtual environment with synthaudit installed from a wheel built out of
+    ``checkout``, as a user installs it: (its bin folder, an environment to run it with).
+
+    The third-party dependencies come from this test environment's site-packages (a .pth
+    entry, after the venv's own), so no download is needed; synthaudit itself is only the
+    wheel's: this environment's editable install (a .pth to src/) is not processed there."""
+    dist = venv.parent / "dist"
+    subprocess.run([str(BIN / "python"), "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                    "-w", str(dist), str(checkout)], check=True, capture_output=True)
+    wheel = next(dist.glob("synthaudit-*.whl"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([str(BIN / "python"), "-m", "pip", "--python", str(venv / "bin/python"), "install", "--quiet",
+                    "--no-deps", "--no-index", str(wheel)], check=True, capture_output=True)
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    deps = next(Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_relative_to(BIN.parent))
+    (site / "zz_test_dependencies.pth").write_text(f"{deps}\n")
+    for tool in ("snakemake", "dvc"):  # what `pip install snakemake dvc` would put on the PATH
+        script = venv / "bin" / tool
+        script.write_text(f"#!/bin/sh\nexec {venv / 'bin/python'} -m {tool} \"$@\"\n")
+        script.chmod(0o755)
+    e = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    e["PATH"] = f"{venv / 'bin'}{os.pathsep}{e.get('PATH', '')}"
+    return venv / "bin", e
+
+
+def init_labelled_audit(workspace: Path, folders: Path, environ: dict, bin_dir: Path = BIN
+                        ) -> subprocess.CompletedProcess:
     """`synthaudit init` as a user types it, on folders training/heldout/synthetic/labels/
     synthetic_labels of registered volumes named ``pat<k>_...`` with one label class."""
     return subprocess.run(
-        [str(BIN / "python"), "-m", "synthaudit", "init", str(workspace), "--training", str(folders / "training"),
+        [str(bin_dir / "synthaudit"), "init", str(workspace), "--training", str(folders / "training"),
          "--heldout", str(folders / "heldout"), "--synthetic", str(folders / "synthetic"), "--labels",
          str(folders / "labels"), "--synthetic-labels", str(folders / "synthetic_labels"), "--registered",
          "--patient-pattern", r"^(pat\d+)_", "--classes", "structure"],

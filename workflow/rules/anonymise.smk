@@ -10,13 +10,13 @@ rule demo_classes:
         "results/anonymise/{dataset}/classes.tsv",
     log:
         "logs/demo_classes/{dataset}.log",
-    threads: 1
-    resources:
-        mem_mb=500,
     wildcard_constraints:
         dataset=_alternatives(DEMO_DATASETS),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
     script:
         "../scripts/demo_classes.py"
 
@@ -35,19 +35,19 @@ rule anonymise:
         "logs/anonymise/{dataset}.log",
     benchmark:
         "benchmarks/anonymise/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(ANON_DATASETS),
+    priority: LATER
+    conda:
+        "../../envs/privacy.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
     params:
         cfg=ANON,
         spec=lambda wc: ANON["datasets"][wc.dataset],
         extractor=config["relict"]["features"]["extractor"],
         patients=lambda wc: {s.id: s.patient_id for s in plan(wc).scans},
-    priority: LATER
-    threads: 1
-    resources:
-        mem_mb=4000,
-    wildcard_constraints:
-        dataset=_alternatives(ANON_DATASETS),
-    conda:
-        "../../envs/privacy.yaml"
     script:
         "../scripts/anonymise_features.py"
 
@@ -57,23 +57,35 @@ rule anonymise_report:
         summary="results/anonymise/{dataset}/summary.json",
         evaluation="results/anonymise/{dataset}/evaluation.npz",
     output:
-        table=report("results/anonymise/{dataset}/table.tsv", category="Anonymisation", subcategory="{dataset}",
-                     caption="../report/anonymise_table.rst"),
-        scatter=report("results/anonymise/{dataset}/auc_vs_D.png", category="Anonymisation",
-                       subcategory="{dataset}", caption="../report/anonymise_scatter.rst"),
-        tsne=report("results/anonymise/{dataset}/tsne.png", category="Anonymisation",
-                    subcategory="{dataset}", caption="../report/anonymise_tsne.rst"),
+        table=report(
+            "results/anonymise/{dataset}/table.tsv",
+            category="Anonymisation",
+            subcategory="{dataset}",
+            caption="../report/anonymise_table.rst",
+        ),
+        scatter=report(
+            "results/anonymise/{dataset}/auc_vs_D.png",
+            category="Anonymisation",
+            subcategory="{dataset}",
+            caption="../report/anonymise_scatter.rst",
+        ),
+        tsne=report(
+            "results/anonymise/{dataset}/tsne.png",
+            category="Anonymisation",
+            subcategory="{dataset}",
+            caption="../report/anonymise_tsne.rst",
+        ),
     log:
         "logs/anonymise_report/{dataset}.log",
-    params:
-        tsne=ANON.get("tsne"),
-    threads: 1
-    resources:
-        mem_mb=2000,
     wildcard_constraints:
         dataset=_alternatives(ANON_DATASETS),
     conda:
         "../../envs/privacy.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        tsne=ANON.get("tsne"),
     script:
         "../scripts/anonymise_report.py"
 
@@ -86,11 +98,11 @@ rule anonymise_metrics:
         index="results/anonymise/index.json",
     log:
         "logs/anonymise_metrics.log",
+    conda:
+        "../../envs/figures.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/anonymise_metrics.py"
 

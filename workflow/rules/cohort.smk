@@ -10,11 +10,11 @@ rule demo_atlas:
         temp("results/cohort/demo_atlas_1mm.npz"),
     log:
         "logs/demo_atlas.log",
+    conda:
+        "../../envs/imaging.yaml"
     threads: 1
     resources:
         mem_mb=3000,
-    conda:
-        "../../envs/imaging.yaml"
     script:
         "../scripts/demo_atlas.py"
 
@@ -40,14 +40,14 @@ for _d in DEMO_DATASETS:
             f"logs/demo_patients/{_d}.log",
         benchmark:
             f"benchmarks/demo_patients/{_d}.tsv"
-        params:
-            demo=config["datasets"][_d]["demo"],
-            patients=demo_subjects(_d),
+        conda:
+            "../../envs/imaging.yaml"
         threads: 1
         resources:
             mem_mb=3000,
-        conda:
-            "../../envs/imaging.yaml"
+        params:
+            demo=config["datasets"][_d]["demo"],
+            patients=demo_subjects(_d),
         script:
             "../scripts/demo_patients.py"
 
@@ -66,14 +66,14 @@ for _d in [d for d in TOF_DATASETS if d in OWN_TRAINING]:
             f"logs/demo_tof_subjects/{_d}.log",
         benchmark:
             f"benchmarks/demo_tof_subjects/{_d}.tsv"
-        params:
-            demo=config["datasets"][_d]["demo"],
-            subjects=demo_subjects(_d),
+        conda:
+            "../../envs/imaging.yaml"
         threads: 1
         resources:
             mem_mb=2000,
-        conda:
-            "../../envs/imaging.yaml"
+        params:
+            demo=config["datasets"][_d]["demo"],
+            subjects=demo_subjects(_d),
         script:
             "../scripts/demo_tof_subjects.py"
 
@@ -85,13 +85,13 @@ rule dataset_manifest:
         "results/cohort/{dataset}/manifest.tsv",
     log:
         "logs/dataset_manifest/{dataset}.log",
-    params:
-        rows=manifest_rows,
+    conda:
+        "../../envs/imaging.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/imaging.yaml"
+    params:
+        rows=manifest_rows,
     script:
         "../scripts/dataset_manifest.py"
 

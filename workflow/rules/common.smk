@@ -14,12 +14,18 @@ if _SCHEDULER_FIX.startswith("not applied"):
     logger.warning(f"synthaudit scheduler fix {_SCHEDULER_FIX}: Snakemake's own process may poll ever faster")
 
 from synthaudit.config import filter_measures
+from synthaudit.resources import provenance
+
+# which synthaudit and which parameters (SHA-256 of params.yaml as loaded, command-line --config
+# included): every metrics file and the report's first page record it
+_PROVENANCE = provenance({k: v for k, v in config.items() if k not in ("_provenance", "report_verdict")})
 from synthaudit.workflow_plan import PlanError, WorkflowPlan, alternatives as _alternatives
 
 try:
     PLAN = WorkflowPlan(config)
 except PlanError as e:
     raise WorkflowError(str(e)) from None
+config["_provenance"] = _PROVENANCE  # after the schema check (it allows no unknown keys)
 # rules and scripts read the resolved entries (training_from expanded, the sweep's datasets added)
 config["datasets"] = PLAN.dataset_cfg
 
@@ -108,28 +114,101 @@ privacy_truth = PLAN.privacy_truth
 
 
 # input functions: wildcards -> plan
-def ds_cfg(wc): return PLAN.dataset_cfg[wc.dataset]
-def plan(wc): return PLAN.plans[wc.dataset]
-def declared_classes(wc): return PLAN.declared_classes(wc.dataset)
-def raw_image(wc): return PLAN.raw_image(wc.dataset, wc.scan)
-def raw_label(wc): return PLAN.raw_label(wc.dataset, wc.scan)
-def manifest_rows(wc): return PLAN.manifest_rows(wc.dataset)
-def grid_reference(wc): return PLAN.grid_reference(wc.dataset)
-def registration_reference_image(wc): return PLAN.registration_reference(wc.dataset)
-def registration_target(wc): return PLAN.registration_target(wc.dataset)  # named inputs: unpack()
-def grid_json(wc): return PLAN.grid_json(wc.dataset)
-def training_qc(wc): return PLAN.training_qc(wc.dataset)
-def training_features(wc): return PLAN.training_features(wc.dataset)
-def training_labels(wc): return PLAN.training_labels(wc.dataset)
-def shard_of(wc, items, axis): return PLAN.shard_of(wc.dataset, wc.shard, items, axis)
-def spiked_ids(dataset): return [r["id"] for r in PLANS[dataset].spiked]
-def demo_subjects(dataset): return sorted({s.patient_id for s in PLANS[dataset].scans})  # simulated patients
-def user_synthetic_label(wc): return PLAN.user_synthetic_label(wc.dataset, wc.syn)
-def nnunet_prediction(wc): return PLAN.nnunet_prediction(wc.dataset, wc.vid)
-def rating_measure(wc): return PLAN.rating_measure(wc.dataset)
-def heldout_matrix(wc): return PLAN.heldout_matrix(wc.dataset, wc.measure)
-def heldout_source_patients(wc): return PLAN.heldout_source_patients(wc.dataset)
-def generator_training_images(wc): return PLAN.generator_training_images(wc.dataset)
-def ldm_checkpoint(stage): return lambda wc: PLAN.ldm_checkpoint(wc.dataset, stage)
-def privacy_synthetic_images(wc): return PLAN.privacy_synthetic_images(wc.dataset)
-def anonymise_labels(wc): return PLAN.anonymise_labels(wc.dataset)
+def ds_cfg(wc):
+    return PLAN.dataset_cfg[wc.dataset]
+
+
+def plan(wc):
+    return PLAN.plans[wc.dataset]
+
+
+def declared_classes(wc):
+    return PLAN.declared_classes(wc.dataset)
+
+
+def raw_image(wc):
+    return PLAN.raw_image(wc.dataset, wc.scan)
+
+
+def raw_label(wc):
+    return PLAN.raw_label(wc.dataset, wc.scan)
+
+
+def manifest_rows(wc):
+    return PLAN.manifest_rows(wc.dataset)
+
+
+def grid_reference(wc):
+    return PLAN.grid_reference(wc.dataset)
+
+
+def registration_reference_image(wc):
+    return PLAN.registration_reference(wc.dataset)
+
+
+def registration_target(wc):
+    return PLAN.registration_target(wc.dataset)  # named inputs: unpack()
+
+
+def grid_json(wc):
+    return PLAN.grid_json(wc.dataset)
+
+
+def training_qc(wc):
+    return PLAN.training_qc(wc.dataset)
+
+
+def training_features(wc):
+    return PLAN.training_features(wc.dataset)
+
+
+def training_labels(wc):
+    return PLAN.training_labels(wc.dataset)
+
+
+def shard_of(wc, items, axis):
+    return PLAN.shard_of(wc.dataset, wc.shard, items, axis)
+
+
+def spiked_ids(dataset):
+    return [r["id"] for r in PLANS[dataset].spiked]
+
+
+def demo_subjects(dataset):
+    return sorted({s.patient_id for s in PLANS[dataset].scans})  # simulated patients
+
+
+def user_synthetic_label(wc):
+    return PLAN.user_synthetic_label(wc.dataset, wc.syn)
+
+
+def nnunet_prediction(wc):
+    return PLAN.nnunet_prediction(wc.dataset, wc.vid)
+
+
+def rating_measure(wc):
+    return PLAN.rating_measure(wc.dataset)
+
+
+def heldout_matrix(wc):
+    return PLAN.heldout_matrix(wc.dataset, wc.measure)
+
+
+def heldout_source_patients(wc):
+    return PLAN.heldout_source_patients(wc.dataset)
+
+
+def generator_training_images(wc):
+    return PLAN.generator_training_images(wc.dataset)
+
+
+def ldm_checkpoint(stage):
+    return lambda wc: PLAN.ldm_checkpoint(wc.dataset, stage)
+
+
+def privacy_synthetic_images(wc):
+    return PLAN.privacy_synthetic_images(wc.dataset)
+
+
+def anonymise_labels(wc):
+    return PLAN.anonymise_labels(wc.dataset)

@@ -11,22 +11,26 @@ rule embed:
         "logs/embed/{dataset}/{split}.log",
     benchmark:
         "benchmarks/embed/{dataset}/{split}.tsv"
-    params:
-        features=config["relict"]["features"],
-        ids=lambda wc: split_ids(wc.dataset, wc.split),
+    conda:
+        "../../envs/relict.yaml"
     threads: 2
     resources:
         mem_mb=6000,
-    conda:
-        "../../envs/relict.yaml"
+    params:
+        features=config["relict"]["features"],
+        ids=lambda wc: split_ids(wc.dataset, wc.split),
     script:
         "../scripts/embed.py"
 
 
 rule features_all:
     input:
-        [f"results/relict/features/{d}/{s}.npz" for d in DATASETS for s in ("train", "synthetic")
-         if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d]) and (s == "synthetic" or d in OWN_TRAINING)],
+        [
+            f"results/relict/features/{d}/{s}.npz"
+            for d in DATASETS
+            for s in ("train", "synthetic")
+            if any(m in FEATURE_MEASURES for m in MEASURES_BY_DS[d]) and (s == "synthetic" or d in OWN_TRAINING)
+        ],
         # the anonymisation stage's real test set: held-out patients' embeddings
         [f"results/relict/features/{d}/{s}.npz" for d in ANON_DATASETS for s in ("train", "heldout")],
 
@@ -51,6 +55,15 @@ rule feature_study:
         "logs/feature_study/{dataset}/{network}.log",
     benchmark:
         "benchmarks/feature_study/{dataset}/{network}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(STUDY_DATASETS),
+        network=_alternatives(STUDY_NETWORKS),
+    priority: LATER
+    conda:
+        "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
     params:
         name=lambda wc: wc.network,
         network=lambda wc: STUDY["networks"][wc.network],
@@ -60,15 +73,6 @@ rule feature_study:
         threshold_step=config["relict"]["evaluation"]["threshold_step"],
         replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
         synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
-    priority: LATER
-    threads: 2
-    resources:
-        mem_mb=8000,
-    wildcard_constraints:
-        dataset=_alternatives(STUDY_DATASETS),
-        network=_alternatives(STUDY_NETWORKS),
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/feature_study.py"
 
@@ -80,18 +84,19 @@ rule feature_study_table:
         table="results/feature_study/table.tsv",
         markdown="results/feature_study/table.md",
         metrics="results/metrics/feature_study.json",
-        figure=report("results/feature_study/feature_study.png", caption="../report/feature_study.rst",
-                      category="Feature level"),
+        figure=report(
+            "results/feature_study/feature_study.png", caption="../report/feature_study.rst", category="Feature level"
+        ),
     log:
         "logs/feature_study_table.log",
-    params:
-        default=config["relict"]["features"],
-        networks=STUDY["networks"],
+    conda:
+        "../../envs/relict.yaml"
     threads: 1
     resources:
         mem_mb=1000,
-    conda:
-        "../../envs/relict.yaml"
+    params:
+        default=config["relict"]["features"],
+        networks=STUDY["networks"],
     script:
         "../scripts/feature_study_table.py"
 

@@ -22,15 +22,15 @@ rule figure_relict:
         ),
     log:
         "logs/figure_relict/{dataset}.log",
-    params:
-        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
     conda:
         "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
     script:
         "../scripts/figure_relict.py"
 
@@ -47,13 +47,13 @@ rule ranking_report:
         ),
     log:
         "logs/ranking_report/{dataset}.log",
-    params:
-        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+    conda:
+        "../../envs/figures.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
     script:
         "../scripts/ranking_report.py"
 

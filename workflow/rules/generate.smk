@@ -14,19 +14,19 @@ rule ldm_train_autoencoder:
         "logs/ldm_train_autoencoder/{dataset}.log",
     benchmark:
         "benchmarks/ldm_train_autoencoder/{dataset}.tsv"
-    params:
-        ldm=lambda wc: ldm_settings(wc.dataset),
-        # kept outside the outputs: Snakemake never deletes it, so a killed job resumes
-        checkpoint=ldm_checkpoint("autoencoder"),
+    wildcard_constraints:
+        dataset=_alternatives(AE_DATASETS),
     priority: LATER
+    conda:
+        "../../envs/relict.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         gpu=1,
-    wildcard_constraints:
-        dataset=_alternatives(AE_DATASETS),
-    conda:
-        "../../envs/relict.yaml"
+    params:
+        ldm=lambda wc: ldm_settings(wc.dataset),
+        # kept outside the outputs: Snakemake never deletes it, so a killed job resumes
+        checkpoint=ldm_checkpoint("autoencoder"),
     script:
         "../scripts/ldm_train.py"
 
@@ -39,15 +39,15 @@ rule ldm_encode:
         "results/generator/{dataset}/latents.npz",
     log:
         "logs/ldm_encode/{dataset}.log",
-    params:
-        ids=lambda wc: generator_training_ids(wc.dataset),
-    threads: 2
-    resources:
-        mem_mb=4000,
     wildcard_constraints:
         dataset=_alternatives(AE_DATASETS),
     conda:
         "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+    params:
+        ids=lambda wc: generator_training_ids(wc.dataset),
     script:
         "../scripts/ldm_train.py"
 
@@ -63,19 +63,19 @@ rule ldm_train_diffusion:
         "logs/ldm_train_diffusion/{dataset}.log",
     benchmark:
         "benchmarks/ldm_train_diffusion/{dataset}.tsv"
-    params:
-        ldm=lambda wc: ldm_settings(wc.dataset),
-        checkpoint=ldm_checkpoint("diffusion"),
-        ids=lambda wc: generator_training_ids(wc.dataset),
+    wildcard_constraints:
+        dataset=_alternatives(LDM_DATASETS),
     priority: LATER
+    conda:
+        "../../envs/relict.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         gpu=1,
-    wildcard_constraints:
-        dataset=_alternatives(LDM_DATASETS),
-    conda:
-        "../../envs/relict.yaml"
+    params:
+        ldm=lambda wc: ldm_settings(wc.dataset),
+        checkpoint=ldm_checkpoint("diffusion"),
+        ids=lambda wc: generator_training_ids(wc.dataset),
     script:
         "../scripts/ldm_train.py"
 
@@ -97,15 +97,15 @@ for _d in LDM_DATASETS:
             f"logs/ldm_sample/{_d}.log",
         benchmark:
             f"benchmarks/ldm_sample/{_d}.tsv"
-        params:
-            ldm=ldm_settings(_d),
-            ids=[v.id for v in PLANS[_d].synthetic],
+        conda:
+            "../../envs/relict.yaml"
         threads: 2
         resources:
             mem_mb=8000,
             gpu=1,
-        conda:
-            "../../envs/relict.yaml"
+        params:
+            ldm=ldm_settings(_d),
+            ids=[v.id for v in PLANS[_d].synthetic],
         script:
             "../scripts/ldm_sample.py"
 
@@ -123,13 +123,13 @@ rule ldm_losses:
         ),
     log:
         "logs/ldm_losses/{dataset}.log",
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(AE_DATASETS),
     conda:
         "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     script:
         "../scripts/ldm_losses.py"
 
@@ -142,14 +142,21 @@ rule generator_index:
         "results/generator/generators.tsv",
     log:
         "logs/generator_index.log",
-    params:
-        rows=[{"dataset": d, "autoencoder_of": AE_OWNER[d], "n_training": len(generator_training_ids(d)),
-               "n_samples": len(PLANS[d].synthetic)} for d in LDM_DATASETS],
+    conda:
+        "../../envs/figures.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
+    params:
+        rows=[
+            {
+                "dataset": d,
+                "autoencoder_of": AE_OWNER[d],
+                "n_training": len(generator_training_ids(d)),
+                "n_samples": len(PLANS[d].synthetic),
+            }
+            for d in LDM_DATASETS
+        ],
     script:
         "../scripts/generator_index.py"
 

@@ -12,13 +12,13 @@ rule template:
         template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
     log:
         "logs/template/{dataset}.log",
-    params:
-        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+    conda:
+        "../../envs/imaging.yaml"
     threads: 1
     resources:
         mem_mb=3000,
-    conda:
-        "../../envs/imaging.yaml"
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
     script:
         "../scripts/template.py"
 
@@ -37,13 +37,13 @@ rule registration_reference:
         qc="results/preprocessed/{dataset}/registration_reference.json",
     log:
         "logs/registration_reference/{dataset}.log",
-    params:
-        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+    conda:
+        "../../envs/imaging.yaml"
     threads: 1
     resources:
         mem_mb=4000,
-    conda:
-        "../../envs/imaging.yaml"
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
     script:
         "../scripts/registration_reference.py"
 
@@ -65,16 +65,16 @@ rule preprocess_scan_labelled:
         "logs/preprocess_scan/{dataset}/{scan}.log",
     benchmark:
         "benchmarks/preprocess_scan/{dataset}/{scan}.tsv"
-    params:
-        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
-        n_classes=declared_classes,
-    threads: 1
-    resources:
-        mem_mb=4000,
     wildcard_constraints:
         dataset=_alternatives(LABELLED_DATASETS),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+        n_classes=declared_classes,
     script:
         "../scripts/preprocess_scan.py"
 
@@ -104,16 +104,16 @@ rule preprocess_label:
         label="results/preprocessed/{dataset}/labels/{scan}.nii.gz",
     log:
         "logs/preprocess_label/{dataset}/{scan}.log",
-    params:
-        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
-        n_classes=declared_classes,
-    threads: 1
-    resources:
-        mem_mb=2000,
     wildcard_constraints:
         dataset=_alternatives(PLAN.unlabelled_datasets),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        preprocess=lambda wc: ds_cfg(wc)["preprocess"],
+        n_classes=declared_classes,
     script:
         "../scripts/preprocess_label.py"
 
@@ -133,15 +133,15 @@ rule preprocess_qc:
         ),
     log:
         "logs/preprocess_qc/{dataset}.log",
+    conda:
+        "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=3000,
     params:
         ids=lambda wc: [s.id for s in plan(wc).scans],
         patients=lambda wc: [s.patient_id for s in plan(wc).scans],
         min_correlation=lambda wc: ds_cfg(wc)["preprocess"].get("registration", {}).get("qc_min_correlation"),
-    threads: 1
-    resources:
-        mem_mb=3000,
-    conda:
-        "../../envs/imaging.yaml"
     script:
         "../scripts/preprocess_qc.py"
 

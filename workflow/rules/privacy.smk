@@ -14,20 +14,20 @@ rule privacy_inputs:
         real="results/privacy/{dataset}/{space}/real.npz",
     log:
         "logs/privacy_inputs/{dataset}/{space}.log",
+    wildcard_constraints:
+        dataset=_alternatives(PRIVACY_SETS),
+        space="image|latent",
+    conda:
+        "../../envs/privacy.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
     params:
         ids=lambda wc: [s.id for s in plan(wc).scans],
         patients=lambda wc: [s.patient_id for s in plan(wc).scans],
         roles=lambda wc: [s.role for s in plan(wc).scans],
         downsample=PRIVACY.get("image_downsample", 1),
         autoencoder=PRIVACY_AE,
-    threads: 2
-    resources:
-        mem_mb=4000,
-    wildcard_constraints:
-        dataset=_alternatives(PRIVACY_SETS),
-        space="image|latent",
-    conda:
-        "../../envs/privacy.yaml"
     script:
         "../scripts/privacy_inputs.py"
 
@@ -43,19 +43,19 @@ rule privacy_inputs_synthetic:
         synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
     log:
         "logs/privacy_inputs_synthetic/{dataset}/{space}.log",
-    params:
-        syn_ids=lambda wc: [v.id for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
-        syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
-        downsample=PRIVACY.get("image_downsample", 1),
-        autoencoder=PRIVACY_AE,
-    threads: 2
-    resources:
-        mem_mb=4000,
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
         space="image|latent",
     conda:
         "../../envs/privacy.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+    params:
+        syn_ids=lambda wc: [v.id for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
+        syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
+        downsample=PRIVACY.get("image_downsample", 1),
+        autoencoder=PRIVACY_AE,
     script:
         "../scripts/privacy_inputs.py"
 
@@ -70,19 +70,19 @@ rule privacy_train:
         "logs/privacy_train/{dataset}/{space}/{model}.log",
     benchmark:
         "benchmarks/privacy_train/{dataset}/{space}/{model}.tsv"
-    params:
-        privacy=PRIVACY,
-    priority: LATER
-    threads: 2
-    resources:
-        mem_mb=6000,
-        gpu=1,
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
         space="image|latent",
         model=r"filter\d+|retrieval",
+    priority: LATER
     conda:
         "../../envs/privacy.yaml"
+    threads: 2
+    resources:
+        mem_mb=6000,
+        gpu=1,
+    params:
+        privacy=PRIVACY,
     script:
         "../scripts/privacy_train.py"
 
@@ -105,17 +105,17 @@ rule privacy_evaluate:
         ),
     log:
         "logs/privacy_evaluate/{dataset}/{space}.log",
-    params:
-        privacy=PRIVACY,
-        truth=lambda wc: privacy_truth(wc.dataset),
-    threads: 2
-    resources:
-        mem_mb=4000,
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
         space="image|latent",
     conda:
         "../../envs/privacy.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+    params:
+        privacy=PRIVACY,
+        truth=lambda wc: privacy_truth(wc.dataset),
     script:
         "../scripts/privacy_evaluate.py"
 
@@ -125,20 +125,35 @@ rule privacy_metrics:
         [f"results/privacy/{o}/{s}/evaluation.json" for o, s in PRIVACY_RUNS],
     output:
         metrics="results/metrics/privacy.json",
+        runtime="results/privacy/runtime.json",
         table="results/privacy/summary.tsv",
-        roc=[report(f"results/privacy/{o}/roc.png", caption="../report/privacy_roc.rst",
-                    category="Privacy filters", subcategory=o) for o in PRIVACY_SETS],
-        consistency=[report(f"results/privacy/{o}/consistency.png", caption="../report/privacy_consistency.rst",
-                            category="Privacy filters", subcategory=o) for o in PRIVACY_SETS],
+        roc=[
+            report(
+                f"results/privacy/{o}/roc.png",
+                caption="../report/privacy_roc.rst",
+                category="Privacy filters",
+                subcategory=o,
+            )
+            for o in PRIVACY_SETS
+        ],
+        consistency=[
+            report(
+                f"results/privacy/{o}/consistency.png",
+                caption="../report/privacy_consistency.rst",
+                category="Privacy filters",
+                subcategory=o,
+            )
+            for o in PRIVACY_SETS
+        ],
     log:
         "logs/privacy_metrics.log",
-    params:
-        owners=PRIVACY_SETS,
+    conda:
+        "../../envs/privacy.yaml"
     threads: 1
     resources:
         mem_mb=1000,
-    conda:
-        "../../envs/privacy.yaml"
+    params:
+        owners=PRIVACY_SETS,
     script:
         "../scripts/privacy_metrics.py"
 

@@ -19,17 +19,17 @@ rule relict_recall:
         ),
     log:
         "logs/relict_recall/{dataset}.log",
-    params:
-        measure=RECALL_CFG["measure"],
-        flag_percentile=RECALL_CFG["flag_percentile"],
-        generator_training_ids=lambda wc: generator_training_ids(wc.dataset, subset_only=True),
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(RECALL_DATASETS),
     conda:
         "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        measure=RECALL_CFG["measure"],
+        flag_percentile=RECALL_CFG["flag_percentile"],
+        generator_training_ids=lambda wc: generator_training_ids(wc.dataset, subset_only=True),
     script:
         "../scripts/relict_recall.py"
 
@@ -41,11 +41,11 @@ rule recall_metrics:
         "results/metrics/recall.json",
     log:
         "logs/recall_metrics.log",
+    conda:
+        "../../envs/figures.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/recall_metrics.py"
 
@@ -75,16 +75,16 @@ rule generator_sweep:
         ),
     log:
         "logs/generator_sweep.log",
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     params:
         datasets=SWEEP_POINTS,
         n_training=[len(generator_training_ids(d)) for d in SWEEP_POINTS],
         base=SWEEP.get("dataset"),
         filtered=[d in FILTER_DATASETS for d in SWEEP_POINTS],
-    threads: 1
-    resources:
-        mem_mb=1000,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/generator_sweep.py"
 

@@ -4,6 +4,7 @@
 # One job per measure and shard (params.yaml `compute`), gathered into one matrix; the
 # shards' benchmark files together give Table 2's runtimes.
 
+
 rule relict_measure:
     input:
         synthetic=lambda wc: shard_of(wc, synthetic_images(wc.dataset), "synthetic"),
@@ -16,18 +17,18 @@ rule relict_measure:
         "logs/relict_measure/{dataset}/{measure}/{shard}.log",
     benchmark:
         "benchmarks/relict_measure/{dataset}/{measure}/{shard}.tsv"
-    params:
-        synthetic_ids=lambda wc: shard_of(wc, [v.id for v in plan(wc).synthetic], "synthetic"),
-        training_ids=lambda wc: shard_of(wc, [s.id for s in plan(wc).train], "training"),
-        ssim=config["relict"]["ssim"],
-    threads: 2
-    resources:
-        mem_mb=8000,
     wildcard_constraints:
         measure=_alternatives(IMAGE_MEASURES),
         shard=r"s\d+-t\d+",
     conda:
         "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+    params:
+        synthetic_ids=lambda wc: shard_of(wc, [v.id for v in plan(wc).synthetic], "synthetic"),
+        training_ids=lambda wc: shard_of(wc, [s.id for s in plan(wc).train], "training"),
+        ssim=config["relict"]["ssim"],
     script:
         "../scripts/relict_measure.py"
 
@@ -42,16 +43,16 @@ rule relict_feature_measure:
         "logs/relict_feature_measure/{dataset}/{measure}.log",
     benchmark:
         "benchmarks/relict_measure/{dataset}/{measure}.tsv"
-    params:
-        extractor=config["relict"]["features"]["extractor"],
-        scaling=config["relict"]["features"].get("scaling", "none"),
-    threads: 2
-    resources:
-        mem_mb=4000,
     wildcard_constraints:
         measure=_alternatives(FEATURE_MEASURES),
     conda:
         "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=4000,
+    params:
+        extractor=config["relict"]["features"]["extractor"],
+        scaling=config["relict"]["features"].get("scaling", "none"),
     script:
         "../scripts/relict_feature_measure.py"
 
@@ -67,19 +68,19 @@ rule relict_segmentation_measure:
         "logs/relict_segmentation_measure/{dataset}/{measure}/{shard}.log",
     benchmark:
         "benchmarks/relict_measure/{dataset}/{measure}/{shard}.tsv"
-    params:
-        synthetic_ids=lambda wc: shard_of(wc, [v.id for v in plan(wc).synthetic], "synthetic"),
-        training_ids=lambda wc: shard_of(wc, [s.id for s in plan(wc).train], "training"),
-        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
-    threads: 2
-    resources:
-        mem_mb=8000,
     wildcard_constraints:
         dataset=_alternatives(SEG_DATASETS),
         measure=_alternatives(SEG_MEASURES),
         shard=r"s\d+-t\d+",
     conda:
         "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
+    params:
+        synthetic_ids=lambda wc: shard_of(wc, [v.id for v in plan(wc).synthetic], "synthetic"),
+        training_ids=lambda wc: shard_of(wc, [s.id for s in plan(wc).train], "training"),
+        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
     script:
         "../scripts/relict_segmentation_measure.py"
 
@@ -91,16 +92,16 @@ rule relict_gather:
         "results/relict/{dataset}/measures/{measure}.npz",
     log:
         "logs/relict_gather/{dataset}/{measure}.log",
-    params:
-        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
-        training_ids=lambda wc: [s.id for s in plan(wc).train],
-    threads: 1
-    resources:
-        mem_mb=2000,
     wildcard_constraints:
         measure=_alternatives(IMAGE_MEASURES + SEG_MEASURES),
     conda:
         "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
     script:
         "../scripts/relict_gather.py"
 
@@ -118,18 +119,18 @@ rule relict_align:
         "logs/relict_align/{dataset}.log",
     benchmark:
         "benchmarks/relict_align/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(ALIGNED_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=8000,
     params:
         alignment=ALIGN,
         measures=ALIGN["measures"],
         synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
-    threads: 2
-    resources:
-        mem_mb=8000,
-    wildcard_constraints:
-        dataset=_alternatives(ALIGNED_DATASETS),
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/relict_align.py"
 
@@ -148,13 +149,13 @@ use rule relict_measure as relict_heldout_measure with:
         "logs/relict_heldout_measure/{dataset}/{measure}.log",
     benchmark:
         "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(CALIBRATION_BASES),
+        measure=_alternatives(IMAGE_MEASURES),
     params:
         synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
         ssim=config["relict"]["ssim"],
-    wildcard_constraints:
-        dataset=_alternatives(CALIBRATION_BASES),
-        measure=_alternatives(IMAGE_MEASURES),
 
 
 use rule relict_feature_measure as relict_heldout_feature_measure with:
@@ -183,13 +184,13 @@ use rule relict_segmentation_measure as relict_heldout_segmentation_measure with
         "logs/relict_heldout_segmentation_measure/{dataset}/{measure}.log",
     benchmark:
         "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.heldout_seg_bases),
+        measure=_alternatives(SEG_MEASURES),
     params:
         synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
         classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
-    wildcard_constraints:
-        dataset=_alternatives(PLAN.heldout_seg_bases),
-        measure=_alternatives(SEG_MEASURES),
 
 
 use rule relict_align as relict_heldout_align with:
@@ -205,13 +206,13 @@ use rule relict_align as relict_heldout_align with:
         "logs/relict_heldout_align/{dataset}.log",
     benchmark:
         "benchmarks/relict_heldout_align/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.heldout_aligned_bases),
     params:
         alignment=ALIGN,
         measures=ALIGN["measures"],
         synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
-    wildcard_constraints:
-        dataset=_alternatives(PLAN.heldout_aligned_bases),
 
 
 rule relict_ratio:
@@ -223,16 +224,16 @@ rule relict_ratio:
         null="results/relict/{dataset}/calibration/{measure}.tsv",
     log:
         "logs/relict_ratio/{dataset}/{measure}.log",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
     params:
         n_closest=config["relict"]["n_closest"],
         rate=CALIBRATION["rate"],
         heldout_patients=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].heldout},
         source_patients=heldout_source_patients,
-    threads: 1
-    resources:
-        mem_mb=2000,
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/relict_ratio.py"
 
@@ -246,16 +247,16 @@ rule relict_evaluate_measure:
         sweep="results/plots/relict_sweep/{dataset}__{measure}.tsv",
     log:
         "logs/relict_evaluate_measure/{dataset}/{measure}.log",
-    params:
-        evaluation=config["relict"]["evaluation"],
-        rate=CALIBRATION["rate"],
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
     conda:
         "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        evaluation=config["relict"]["evaluation"],
+        rate=CALIBRATION["rate"],
     script:
         "../scripts/relict_evaluate_measure.py"
 
@@ -263,25 +264,23 @@ rule relict_evaluate_measure:
 rule relict_evaluate:
     input:
         rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
-        summaries=lambda wc: [
-            f"results/relict/{wc.dataset}/evaluation/{m}.json" for m in MEASURES_BY_DS[wc.dataset]
-        ],
+        summaries=lambda wc: [f"results/relict/{wc.dataset}/evaluation/{m}.json" for m in MEASURES_BY_DS[wc.dataset]],
         ratings=lambda wc: ratings_file(wc.dataset),
     output:
         summary="results/relict/{dataset}/evaluation.json",
         scores="results/relict/{dataset}/ratios_with_rating.tsv",
     log:
         "logs/relict_evaluate/{dataset}.log",
-    params:
-        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
-        evaluation=config["relict"]["evaluation"],
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
     conda:
         "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
+        evaluation=config["relict"]["evaluation"],
     script:
         "../scripts/relict_evaluate.py"
 
@@ -299,6 +298,11 @@ rule relict_metrics:
         copies="results/metrics/copies.json",
     log:
         "logs/relict_metrics.log",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
     params:
         datasets=DATASETS,
         rated=RATED_DATASETS,
@@ -307,11 +311,6 @@ rule relict_metrics:
         copies_datasets=COPIES_DATASETS,
         measures=MEASURES_BY_DS,
         n_closest=config["relict"]["n_closest"],
-    threads: 1
-    resources:
-        mem_mb=500,
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/relict_metrics.py"
 
@@ -323,26 +322,34 @@ rule relict_copies:
         ratings=lambda wc: ratings_file(wc.dataset) or [],
     output:
         calls="results/relict/{dataset}/calibrated_calls.tsv",
-        table=report("results/relict/{dataset}/copies.tsv", caption="../report/copies.rst",
-                     category="Calibrated calls", subcategory="{dataset}"),
+        table=report(
+            "results/relict/{dataset}/copies.tsv",
+            caption="../report/copies.rst",
+            category="Calibrated calls",
+            subcategory="{dataset}",
+        ),
         summary="results/relict/{dataset}/copies.json",
-        figure=report("results/figures/{dataset}/calibration.png", caption="../report/calibration.rst",
-                      category="Calibrated calls", subcategory="{dataset}"),
+        figure=report(
+            "results/figures/{dataset}/calibration.png",
+            caption="../report/calibration.rst",
+            category="Calibrated calls",
+            subcategory="{dataset}",
+        ),
     log:
         "logs/relict_copies/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternatives(COPIES_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     params:
         measures=lambda wc: CALIBRATED[wc.dataset],
         rate=CALIBRATION["rate"],
         patient_of=lambda wc: {s.id: s.patient_id for s in plan(wc).train},
         source_patients=heldout_source_patients,
         replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
-    threads: 1
-    resources:
-        mem_mb=1000,
-    wildcard_constraints:
-        dataset=_alternatives(COPIES_DATASETS),
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/relict_copies.py"
 
@@ -363,18 +370,18 @@ rule relict_augmentation:
         figure="results/relict/{dataset}/augmentation.png",
     log:
         "logs/relict_augmentation/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternatives(AUGMENTED_DATASETS),
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     params:
         measures=lambda wc: MEASURES_BY_DS[wc.dataset],
         spiked=lambda wc: plan(wc).spiked,
         patient_of=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].scans},
         replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
-    threads: 1
-    resources:
-        mem_mb=1000,
-    wildcard_constraints:
-        dataset=_alternatives(AUGMENTED_DATASETS),
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/relict_augmentation.py"
 

@@ -31,15 +31,15 @@ rule table_runtime:
         ),
     log:
         "logs/table_runtime/{dataset}.log",
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
     params:
         measures=lambda wc: MEASURES_BY_DS[wc.dataset],
         jobs_per_measure=lambda wc: [len(measure_benchmarks(wc.dataset, m)) for m in MEASURES_BY_DS[wc.dataset]],
         segmentation_source=lambda wc: (config["datasets"][wc.dataset].get("segmentation") or {}).get("source"),
-    threads: 1
-    resources:
-        mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/table_runtime.py"
 
@@ -58,13 +58,13 @@ rule table_runtime_all:
         ),
     log:
         "logs/table_runtime_all.log",
-    params:
-        datasets=REVIEWED_DATASETS,
+    conda:
+        "../../envs/figures.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
+    params:
+        datasets=REVIEWED_DATASETS,
     script:
         "../scripts/table_runtime.py"
 
@@ -72,9 +72,7 @@ rule table_runtime_all:
 rule table_agreement:
     input:
         rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in MEASURES_BY_DS[wc.dataset]],
-        evaluation=lambda wc: (
-            f"results/relict/{wc.dataset}/evaluation.json" if wc.dataset in RATED_DATASETS else []
-        ),
+        evaluation=lambda wc: (f"results/relict/{wc.dataset}/evaluation.json" if wc.dataset in RATED_DATASETS else []),
     output:
         agreement_table="results/tables/{dataset}/closest_agreement.tsv",
         agreement_json="results/tables/{dataset}/closest_agreement.json",
@@ -88,15 +86,15 @@ rule table_agreement:
         ),
     log:
         "logs/table_agreement/{dataset}.log",
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
     params:
         measures=lambda wc: MEASURES_BY_DS[wc.dataset],
         reference_measure=REVIEW_CFG["reference_measure"],
         rated=lambda wc: wc.dataset in RATED_DATASETS,
-    threads: 1
-    resources:
-        mem_mb=1000,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/table_agreement.py"
 
@@ -117,15 +115,15 @@ rule figure_closest:
         choice="results/figures/{dataset}/closest_by_measure.json",
     log:
         "logs/figure_closest/{dataset}.log",
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
     params:
         measures=lambda wc: MEASURES_BY_DS[wc.dataset],
         reference_measure=REVIEW_CFG["reference_measure"],
         synthetic=REVIEW_CFG["figure6_synthetic"],
-    threads: 1
-    resources:
-        mem_mb=2000,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/figure_closest.py"
 
@@ -148,6 +146,11 @@ rule rating_sheet:
         template="results/rating_sheet/{dataset}/ratings_template.tsv",
     log:
         "logs/rating_sheet/{dataset}.log",
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
     params:
         measure=rating_measure,
         top_k=REVIEW_CFG["top_k"],
@@ -157,11 +160,6 @@ rule rating_sheet:
             else f"{REVIEW_CFG['rating_measure']} is not computed for {wc.dataset}; ranked by {rating_measure(wc)}"
         ),
         raters=REVIEW_CFG["raters"],
-    threads: 1
-    resources:
-        mem_mb=2000,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/rating_sheet.py"
 
@@ -181,16 +179,16 @@ rule rating_import:
         ),
     log:
         "logs/rating_import/{dataset}.log",
-    params:
-        synthetic_ids=lambda wc: [v.id for v in PLANS[wc.dataset].synthetic],
-        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
-    threads: 1
-    resources:
-        mem_mb=500,
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
     conda:
         "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
+    params:
+        synthetic_ids=lambda wc: [v.id for v in PLANS[wc.dataset].synthetic],
+        replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
     script:
         "../scripts/rating_import.py"
 
@@ -203,15 +201,15 @@ rule tuned_thresholds:
         "results/tables/{dataset}/thresholds.json",
     log:
         "logs/tuned_thresholds/{dataset}.log",
-    params:
-        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
-    threads: 1
-    resources:
-        mem_mb=500,
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
     conda:
         "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
+    params:
+        measures=lambda wc: MEASURES_BY_DS[wc.dataset],
     script:
         "../scripts/filter_synthetic.py"
 
@@ -224,7 +222,9 @@ rule filter_synthetic:
             if config["datasets"][wc.dataset].get("filter_with") in RATED_DATASETS
             else []
         ),
-        rankings=lambda wc: [f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in filter_measures(config, wc.dataset)],
+        rankings=lambda wc: [
+            f"results/relict/{wc.dataset}/ranking_{m}.tsv" for m in filter_measures(config, wc.dataset)
+        ],
         ratings=lambda wc: ratings_file(wc.dataset) or [],
     output:
         kept="results/filter/{dataset}/kept.tsv",
@@ -232,6 +232,13 @@ rule filter_synthetic:
         summary="results/filter/{dataset}/summary.json",
     log:
         "logs/filter_synthetic/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternatives(FILTER_DATASETS),
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
     params:
         source=lambda wc: config["datasets"][wc.dataset].get("filter_with"),
         measures=lambda wc: filter_measures(config, wc.dataset),
@@ -239,13 +246,6 @@ rule filter_synthetic:
         rated=RATED_DATASETS,
         synthetic_ids=lambda wc: [v.id for v in PLANS[wc.dataset].synthetic],
         replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
-    threads: 1
-    resources:
-        mem_mb=500,
-    wildcard_constraints:
-        dataset=_alternatives(FILTER_DATASETS),
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/filter_synthetic.py"
 
@@ -259,10 +259,19 @@ rule verdict:
         warnings=lambda wc: [p for p in ["data/input_warnings.tsv"] if Path(p).is_file()],
     output:
         rst="results/verdict.rst",
-        figures=[report(f"results/figures/{d}/verdict.png", caption="../report/verdict.rst", category="Verdict",
-                        subcategory=d) for d in REVIEWED_DATASETS],
+        figures=[
+            report(
+                f"results/figures/{d}/verdict.png", caption="../report/verdict.rst", category="Verdict", subcategory=d
+            )
+            for d in REVIEWED_DATASETS
+        ],
     log:
         "logs/verdict.log",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
     params:
         datasets=REVIEWED_DATASETS,
         measures=MEASURES,
@@ -271,11 +280,6 @@ rule verdict:
         # path templates for the script (functions: Snakemake would fill "{...}" as wildcards)
         synthetic_image=lambda wc: "results/synthetic/{dataset}/images/{id}.nii.gz",
         training_image=lambda wc: "results/preprocessed/{dataset}/images/{id}.nii.gz",
-    threads: 1
-    resources:
-        mem_mb=2000,
-    conda:
-        "../../envs/relict.yaml"
     script:
         "../scripts/verdict.py"
 
@@ -299,11 +303,11 @@ rule filter_summary:
         "results/filter/summary.tsv",
     log:
         "logs/filter_summary.log",
+    conda:
+        "../../envs/figures.yaml"
     threads: 1
     resources:
         mem_mb=500,
-    conda:
-        "../../envs/figures.yaml"
     script:
         "../scripts/filter_synthetic.py"
 

@@ -14,16 +14,16 @@ rule segment_train_unet:
         "logs/segment_train_unet/{dataset}.log",
     benchmark:
         "benchmarks/segment_train_unet/{dataset}.tsv"
-    params:
-        unet=lambda wc: ds_cfg(wc)["segmentation"]["unet"],
-        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
-        checkpoint="results/relict/segmentation/{dataset}/unet/checkpoint.pt",
+    conda:
+        "../../envs/relict.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         gpu=1,
-    conda:
-        "../../envs/relict.yaml"
+    params:
+        unet=lambda wc: ds_cfg(wc)["segmentation"]["unet"],
+        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
+        checkpoint="results/relict/segmentation/{dataset}/unet/checkpoint.pt",
     script:
         "../scripts/segment_train_unet.py"
 
@@ -44,14 +44,14 @@ for _d in UNET_DATASETS:
             f"logs/segment_predict_unet/{_d}.log",
         benchmark:
             f"benchmarks/segment_predict/{_d}/unet.tsv"
-        params:
-            patch_size=config["datasets"][_d]["segmentation"]["unet"]["patch_size"],
-            ids=all_volume_ids(_d),
+        conda:
+            "../../envs/relict.yaml"
         threads: 2
         resources:
             mem_mb=4000,
-        conda:
-            "../../envs/relict.yaml"
+        params:
+            patch_size=config["datasets"][_d]["segmentation"]["unet"]["patch_size"],
+            ids=all_volume_ids(_d),
         script:
             "../scripts/segment_predict_unet.py"
 
@@ -65,15 +65,15 @@ rule nnunet_predict:
         "logs/nnunet_predict/{dataset}.log",
     benchmark:
         "benchmarks/segment_predict/{dataset}/nnunet.tsv"
-    params:
-        command=lambda wc: ds_cfg(wc)["segmentation"]["nnunet"]["command"],
-        ids=lambda wc: all_volume_ids(wc.dataset),
+    conda:
+        "../../envs/imaging.yaml"
     threads: 2
     resources:
         mem_mb=8000,
         gpu=1,
-    conda:
-        "../../envs/imaging.yaml"
+    params:
+        command=lambda wc: ds_cfg(wc)["segmentation"]["nnunet"]["command"],
+        ids=lambda wc: all_volume_ids(wc.dataset),
     script:
         "../scripts/nnunet_predict.py"
 
@@ -86,15 +86,15 @@ rule import_nnunet_label:
         label="results/relict/segmentation/{dataset}/labels/{vid}.nii.gz",
     log:
         "logs/import_nnunet_label/{dataset}/{vid}.log",
-    params:
-        n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(PLAN.nnunet_datasets),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
     script:
         "../scripts/import_synthetic_label.py"
 

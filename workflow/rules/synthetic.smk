@@ -22,15 +22,15 @@ for _d in PERTURBED_DATASETS:
             f"logs/spike/{_d}.log",
         benchmark:
             f"benchmarks/spike/{_d}.tsv"
+        conda:
+            "../../envs/imaging.yaml"
+        threads: 1
+        resources:
+            mem_mb=2000,
         params:
             rows=PLANS[_d].spiked,
             perturbation=config["datasets"][_d]["synthetic"]["spiked"]["perturbation"],
             seed=config["datasets"][_d]["synthetic"]["spiked"]["seed"],
-        threads: 1
-        resources:
-            mem_mb=2000,
-        conda:
-            "../../envs/imaging.yaml"
         script:
             "../scripts/spike_dataset.py"
 
@@ -51,15 +51,15 @@ for _d in [d for d in TOF_DATASETS if d in SPIKED_DATASETS]:
             labels=[f"results/synthetic/{_d}/labels/{v}.nii.gz" for v in spiked_ids(_d)],
         log:
             f"logs/spike_tof/{_d}.log",
+        conda:
+            "../../envs/imaging.yaml"
+        threads: 1
+        resources:
+            mem_mb=2000,
         params:
             rows=PLANS[_d].spiked,
             demo=config["datasets"][_d]["demo"],
             seed=config["datasets"][_d]["synthetic"]["spiked"]["seed"],
-        threads: 1
-        resources:
-            mem_mb=2000,
-        conda:
-            "../../envs/imaging.yaml"
         script:
             "../scripts/spike_tof_dataset.py"
 
@@ -72,15 +72,15 @@ rule import_synthetic:
         image="results/synthetic/{dataset}/images/{syn}.nii.gz",
     log:
         "logs/import_synthetic/{dataset}/{syn}.log",
-    params:
-        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
-    threads: 1
-    resources:
-        mem_mb=2000,
     wildcard_constraints:
         dataset=_alternatives(IMPORTED_DATASETS),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
     script:
         "../scripts/import_synthetic.py"
 
@@ -93,16 +93,16 @@ rule import_synthetic_label:
         label="results/synthetic/{dataset}/labels/{syn}.nii.gz",
     log:
         "logs/import_synthetic_label/{dataset}/{syn}.log",
-    params:
-        n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
-        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
-    threads: 1
-    resources:
-        mem_mb=1000,
     wildcard_constraints:
         dataset=_alternatives(IMPORTED_DATASETS),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=1000,
+    params:
+        n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
+        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
     script:
         "../scripts/import_synthetic_label.py"
 
@@ -114,15 +114,15 @@ rule synthetic_table:
         table="results/synthetic/{dataset}/synthetic.tsv",
     log:
         "logs/synthetic_table/{dataset}.log",
+    conda:
+        "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
     params:
         spiked=lambda wc: plan(wc).spiked,
         ids=lambda wc: [v.id for v in plan(wc).synthetic],
         source=lambda wc: ds_cfg(wc)["synthetic"]["source"],
-    threads: 1
-    resources:
-        mem_mb=500,
-    conda:
-        "../../envs/imaging.yaml"
     script:
         "../scripts/synthetic_table.py"
 
@@ -132,15 +132,15 @@ rule reference_ratings:
         "results/synthetic/{dataset}/ratings_reference.tsv",
     log:
         "logs/reference_ratings/{dataset}.log",
-    params:
-        spiked=lambda wc: plan(wc).spiked,
-    threads: 1
-    resources:
-        mem_mb=500,
     wildcard_constraints:
         dataset=_alternatives(SPIKED_DATASETS),
     conda:
         "../../envs/imaging.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
+    params:
+        spiked=lambda wc: plan(wc).spiked,
     script:
         "../scripts/reference_ratings.py"
 

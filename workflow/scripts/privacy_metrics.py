@@ -6,14 +6,16 @@ the image- and latent-space filters side by side (synthaudit.privacy.summary).""
 import json
 from pathlib import Path
 
-from synthaudit.io import write_json, write_tsv
+from synthaudit.io import write_json, write_metrics, write_tsv
 from synthaudit.logs import logged
 from synthaudit.privacy import figures, summary
 
 with logged(snakemake.log[0]) as log:
     evaluations = [json.loads(Path(p).read_text()) for p in snakemake.input]
     metrics, rows = summary.gather(evaluations)
-    write_json(snakemake.output.metrics, metrics)
+    # seconds per epoch and the image/latent ratio: results/privacy/runtime.json (and the table), not the
+    # tracked metrics, where they would change on every run
+    write_json(snakemake.output.runtime, write_metrics(snakemake.output.metrics, metrics, snakemake.config.get("_provenance")))
     write_tsv(snakemake.output.table, rows, summary.SUMMARY_COLUMNS)  # the header even without filters
 
     by_owner = summary.by_training_set(evaluations)

@@ -3,7 +3,7 @@
 
 import json
 
-from synthaudit.io import write_json
+from synthaudit.io import write_metrics
 from synthaudit.logs import logged
 
 KEYS = ("measure", "n_synthetic", "n_training", "learned_fraction", "memorised_fraction", "learned_but_memorised",
@@ -15,5 +15,5 @@ with logged(snakemake.log[0]) as log:
     for path in snakemake.input:
         s = json.loads(open(path).read())
         out[s["dataset"]] = {k: s.get(k) for k in KEYS}
-    write_json(snakemake.output[0], out)
+    write_metrics(snakemake.output[0], out, snakemake.config.get("_provenance"))
     log.info("recall of %d dataset(s)", len(out))

@@ -5,7 +5,7 @@ aggregates only (for `dvc metrics diff`). Two files so that every entry of relic
 import json
 
 from synthaudit.features.compare import load_embeddings
-from synthaudit.io import write_json
+from synthaudit.io import write_metrics
 from synthaudit.logs import logged
 from synthaudit import registry
 from synthaudit.relict.ranking import read_ranking
@@ -72,6 +72,6 @@ with logged(snakemake.log[0]) as log:
                           **{k: c[k] for k in ("n_copies", "percent_synthetic_copies", "n_patients_copied",
                                                "percent_patients_copied", "sensitivity", "specificity",
                                                "balanced_accuracy") if c.get(k) is not None}}
-    write_json(snakemake.output.relict, metrics)
-    write_json(snakemake.output.copies, copy_counts)
+    write_metrics(snakemake.output.relict, metrics, snakemake.config.get("_provenance"))
+    write_metrics(snakemake.output.copies, copy_counts, snakemake.config.get("_provenance"))
     log.info("metrics for %d dataset(s): %s", len(metrics), snakemake.output.relict)

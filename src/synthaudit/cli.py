@@ -1,0 +1,174 @@
+"""Command line: ``python -m synthaudit {init,validate,where}``.
+
+Why: a user with folders of NIfTI should get an audit folder without editing the
+repository's configuration (init), be able to check a params file without starting
+Snakemake (validate), and find the results of a finished run without knowing the layout
+(where).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from .config import ParamsError, load_params
+from .io import read_metrics
+
+
+def _validate(args) -> int:
+    try:
+        params = load_params(args.params)
+    except ParamsError as e:
+        print(e, file=sys.stderr)
+        return 2
+    from .config import resolve_datasets, with_sweep
+    from .sources import SourceError, plan_dataset
+
+    try:  # as the workflow does: training_from entries read their training side from the named dataset
+        for name, ds in resolve_datasets(with_sweep(params)).items():
+            p = plan_dataset(name, ds)
+            print(f"{name}: {len(p.train)} training, {len(p.heldout)} held-out, "
+                  f"{len(p.synthetic)} synthetic volumes")
+    except SourceError as e:
+        print(e, file=sys.stderr)
+        return 2
+    print(f"{args.params}: valid")
+    return 0
+
+
+def _init(args) -> int:
+    from .workspace import Inputs, WorkspaceError, write_workspace
+
+    inp = Inputs(training=Path(args.training), synthetic=Path(args.synthetic),
+                 heldout=Path(args.heldout) if args.heldout else None,
+                 labels=Path(args.labels) if args.labels else None,
+                 synthetic_labels=Path(args.synthetic_labels) if args.synthetic_labels else None,
+                 patient_ids=Path(args.patient_ids) if args.patient_ids else None,
+                 patient_pattern=args.patient_pattern, registered=args.registered, modality=args.modality,
+                 ratings=Path(args.ratings) if args.ratings else None, classes=args.classes or [], name=args.name)
+    try:
+        p = write_workspace(Path(args.audit_dir), inp)  # checked as the workflow will, then renamed into place
+    except (WorkspaceError, ParamsError) as e:
+        print(f"synthaudit init: {e}", file=sys.stderr)
+        return 2
+    d = Path(args.audit_dir)
+    print(f"\nwrote {d}/: params.yaml, data/manifest.tsv, Snakefile, dvc.yaml, profiles/")
+    print(f"  {p['n_train']} training scans of {p['n_patients']} patients ({p['patients']}), "
+          f"{p['n_heldout']} held-out, {p['n_synthetic']} synthetic volumes"
+          + (f"; grid {' x '.join(map(str, p['summary']['shape']))}" if p["summary"]["shape"] else ""))
+    print("  levels: " + "; ".join(p["levels"]))
+    print("  calibrated replica calls: " + ("yes (false-positive rate from the held-out scans)" if p["calibrated"]
+                                            else "no (needs >= 19 held-out scans; the ranking is complete without)"))
+    print(f"  work: {p['pairs']} volume pairs per measure; about {p['estimate_cpu_minutes']} CPU-minutes for the "
+          "image and feature levels (2-core measurements; segmentation and privacy filters extra)")
+    der = p.get("derived")
+    if der:
+        print(f"  from your data: n_closest {der['n_closest']} (RELICT: 50"
+              + ("" if der["n_closest"] == 50 else f"; {der['n_train']} training scans") + "); augmented copies "
+              + ("searched (relict.alignment on" if der["alignment_on"] else "NOT searched (relict.alignment off")
+              + f": about {der['alignment_hours']:.1f} h on 2 threads for {der['alignment_pairs']} pairs; "
+              f"pre-selection on {der['preselect_factor']}-voxel blocks)"
+              + (f"; feature level: {der['extractor']} (pretrained, docs/real_anatomy.md)" if der.get("extractor")
+                 else ""))
+    if p["warning"]:
+        print(f"  WARNING: {p['warning']}")
+    print(f"\nnext:\n  cd {d}\n  snakemake --cores all          # or: dvc repro; SLURM: --workflow-profile "
+          "profiles/slurm\n  python -m synthaudit where      # the verdict and where everything is")
+    return 0
+
+
+def _where(args) -> int:
+    root = Path(args.root)
+    params = load_params(root / "params.yaml")
+    metrics = root / "results/metrics/relict.json"
+    from .review.verdict import dataset_verdict, verdict_lines
+
+    aligned = set((params["relict"].get("alignment") or {}).get("datasets") or [])
+    verdicts = [v for v in (dataset_verdict(root, d, params["relict"]["measures"], aligned=d in aligned)
+                            for d in params["datasets"]) if v]
+    if verdicts:  # the answer first: which volumes are copies, of whom
+        print("\nverdict")
+        for v in verdicts:
+            print("\n".join("  " + line for line in verdict_lines(v)))
+    from .resources import version
+
+    made_by = json.loads(metrics.read_text()).get("synthaudit", {}) if metrics.is_file() else {}
+    print(f"\nsynthaudit results (synthaudit {version()}"
+          + (f"; metrics written by {made_by['version']}, params SHA-256 {made_by.get('params_sha256', '?')[:16]}"
+             if made_by.get("version") else "") + ")")
+    for d in params["datasets"]:
+        print(f"  [{d}]")
+        rankings = sorted((root / "results/relict" / d).glob("ranking_*.tsv"))
+        for path in rankings:  # the measures this dataset was ranked by (its own list, its levels)
+            m = path.stem.removeprefix("ranking_")
+            print(f"    ranking ({m}):{' ' * max(1, 16 - len(m))}{path.relative_to(root)}")
+        if not rankings:
+            print("    rankings:         not computed yet")
+        print(f"    figures:          results/figures/{d}/")
+        print(f"    registration QC:  results/preprocessed/{d}/qc.tsv, qc_montage.png")
+    print(f"  metrics:            {metrics.relative_to(root)}")
+    print("  report:             results/report.html")
+    if metrics.is_file():
+        data = read_metrics(metrics)
+        for d, per in data.items():
+            for m, e in per.items():
+                if "balanced_accuracy" in e:
+                    print(f"    {d:>12} {m:>5}: balanced accuracy {_f(e['balanced_accuracy'])} at threshold "
+                          f"{_f(e['threshold'])} (sensitivity {_f(e['sensitivity'])}, specificity "
+                          f"{_f(e['specificity'])}, AUC {_f(e['auc'])})")
+    copies = root / "results/metrics/copies.json"
+    if copies.is_file():  # calibrated calls against the held-out scans, combined over the measures
+        print(f"  calibrated copies:  {copies.relative_to(root)}, results/relict/<dataset>/copies.tsv")
+        for d, c in read_metrics(copies).items():
+            print(f"    {d:>12}: {c['n_copies']} synthetic volume(s) called copies at a false-positive rate of "
+                  f"{c['rate']:g} ({_pct(c.get('percent_synthetic_copies'))}), {c['n_patients_copied']} training "
+                  f"patient(s) copied ({_pct(c.get('percent_patients_copied'))}); {c['n_heldout']} held-out scans")
+    privacy = root / "results/metrics/privacy.json"
+    if privacy.is_file():
+        print(f"  privacy filters:    {privacy.relative_to(root)}, results/privacy/<training set>/<space>/")
+        for owner, spaces in read_metrics(privacy).items():
+            for space, e in spaces.items():
+                if not isinstance(e, dict):
+                    continue
+                flagged = ", ".join(f"{n} {_f(x['flag_rate'])}" for n, x in e["synthetic"].items())
+                print(f"    {owner:>12} {space:>6}: verification AUC {_f(e['verification_auc'])}, specificity "
+                      f"{_f(e['specificity'])}, flag rate {flagged}")
+    return 0
+
+
+def _f(v) -> str:
+    return "NA" if v is None else f"{v:.3f}"
+
+
+def _pct(v) -> str:
+    return "NA" if v is None else f"{v:.1f} %"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="synthaudit", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    i = sub.add_parser("init", help="make an audit folder from folders of NIfTI (training, synthetic, ...)")
+    i.add_argument("audit_dir", help="the new folder (its params.yaml, manifest, Snakefile and results)")
+    i.add_argument("--training", required=True, help="folder of training NIfTI, or a manifest TSV")
+    i.add_argument("--synthetic", required=True, help="folder of the generator's samples")
+    i.add_argument("--heldout", help="folder of held-out real scans (never trained on): calibration, privacy")
+    i.add_argument("--labels", help="folder of label maps <id>.nii.gz for the real scans (segmentation level)")
+    i.add_argument("--synthetic-labels", help="folder of label maps for the synthetic volumes (else a U-Net)")
+    i.add_argument("--registered", action="store_true", help="scans and samples are on one grid already")
+    i.add_argument("--patient-ids", help="TSV with columns id, patient_id")
+    i.add_argument("--patient-pattern", help="regular expression whose first group is the patient, e.g. '^(.+)_'")
+    i.add_argument("--modality", choices=["ct", "mri"], default="ct", help="template and window when registering")
+    i.add_argument("--ratings", help="rating table (synthetic_id, rater, score 1-4): evaluation")
+    i.add_argument("--classes", nargs="+", help="names of label values 1, 2, ... (default class1, ...)")
+    i.add_argument("--name", default="audit", help="the dataset's name in params.yaml and results/")
+    i.set_defaults(func=_init)
+    v = sub.add_parser("validate", help="check params.yaml and the datasets it names")
+    v.add_argument("params", nargs="?", default="params.yaml")
+    v.set_defaults(func=_validate)
+    w = sub.add_parser("where", help="print where the results of a run are")
+    w.add_argument("--root", default=".")
+    w.set_defaults(func=_where)
+    args = ap.parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,740 @@
+"""All-pairs image-level measures between synthetic and training volumes (RELICT 2.3.1).
+
+RELICT compares every synthetic volume with every training volume, so this step
+costs S x T whole-volume comparisons and dominates the run time (paper Table 2:
+SSIM 76 min for the NCCT use case). The design follows from that:
+
+* **Streaming.** Training volumes arrive one at a time (any iterable of arrays), are
+  read once and compared with all synthetic volumes, which are held in memory. The
+  training set therefore never has to fit in memory.
+* **Per-volume work once.** SSIM needs five Gaussian-filtered maps per pair
+  (mu_x, mu_y, E[x^2], E[y^2], E[xy]); four of them depend on one volume only. They
+  are computed once per volume (in float64), so a pair only filters the product x*y,
+  and that product is filtered for a batch of synthetic volumes at once.
+* **Valid filtering, no padding.** skimage pads with ``mode='reflect'`` and then crops
+  ``pad = (win_size - 1) // 2`` voxels from every face before averaging. With
+  ``win_size = 2 r + 1`` (``r`` the filter radius), a voxel that survives the crop has
+  its whole window inside the volume, so the padding never reaches the mean. Only
+  those voxels are computed ("valid" correlation): exactly skimage's value, less work.
+* **Separable filtering as matrix products.** A 1D correlation along one axis is a
+  product with a banded matrix, which BLAS/cuBLAS run near peak; the three axes are
+  three GEMMs. On CPU the product x*y is formed and filtered in slabs of a few rows
+  so that the intermediate maps stay in cache.
+* **Precision.** Per-pair maps are float32 (half the memory traffic, twice the GEMM
+  rate); per-volume maps are computed in float64 and all sums accumulate in float64.
+  ``cov_xy = G(xy) - mu_x mu_y`` cancels: both terms are ~mu^2 while the SSIM
+  denominator can be as small as C2, so a relative error d in either term costs
+  about ``d mu^2 / (var + C2)`` in SSIM. Three measures keep d at float32 rounding
+  noise, with no bias: (1) covariance does not change when a volume is shifted by
+  a constant, so each volume is shifted by the value of its flat background when it
+  has one (a value held by at least 5 % of its voxels), which makes that region exactly
+  zero (its rounding would otherwise be alike at every voxel and not average out), and
+  by its median otherwise, which minimises the mean ``|x - c|`` that scales rounding
+  (``_shift_of``); (2) the float32
+  and float64 filters use bitwise the same (float32-rounded) weights and the per-
+  volume maps are derived from exactly the float32 shifted values the product uses,
+  so the two terms cancel exactly up to rounding; (3) no rounded constant multiplies
+  the large terms before they cancel (see :class:`_SSIM`). Measured agreement with
+  skimage on float64 input: ~1e-7, also for data far from zero (e.g. values around
+  1000 with range 1, where skimage itself fails in float32).
+* **MAE and RMSE** are taken from voxel differences of the raw values, never from
+  norms (``|x|^2 + |y|^2 - 2 x.y`` loses near-replicas to cancellation), with float64
+  accumulation.
+
+Two engines share this design. On CPU (the default there) fused numba kernels
+(``kernels``) run the filter as 11-tap passes and the MAE/RMSE/SSIM terms in one loop;
+measured at 182 x 218 x 182 on 2 cores: MAE ~0.5 ms, SSIM 14.9-16.1 ms per pair with the
+per-volume maps (50 x 774 pairs in 584-632 s, about 2.7x this machine's memory-bound
+floor; ``make bench``, docs/benchmarks.md). The torch path below (CUDA, or ``backend="torch"``)
+runs the filter as banded matrix products, which suit a GPU: dense bands do ~10x the
+flops of an 11-tap filter, and elementwise passes are separate kernels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, fields
+
+import numpy as np
+
+from .. import registry
+from ..devices import device_type, resolve_device
+from . import kernels
+
+
+class _LazyTorch:
+    """Stands for the ``torch`` module until first used, then replaces itself with it.
+
+    Why: the CPU path of MAE, RMSE and NCC runs numba kernels and NumPy only; importing
+    torch would add 1.5-2.6 s to each of those jobs (a quarter of their time on the demo).
+    SSIM, and every measure on a GPU, still use torch.
+    """
+
+    def __getattr__(self, name: str):
+        import torch as module
+
+        globals()["torch"] = module
+        return getattr(module, name)
+
+
+torch = _LazyTorch()
+
+# the measures the engine computes in its fused passes; any other image-level measure of
+# the registry is a function of this module called per training volume (_pairwise_columns)
+FUSED = ("mae", "rmse", "ssim")
+
+_K1, _K2 = 0.01, 0.03  # SSIM stabiliser constants (Wang et al. 2004; skimage defaults)
+# On CPU a pair's maps are processed in slabs of the first axis holding about this
+# many voxels per synthetic volume (1 MiB of float32), and batches are capped at
+# about _CPU_BATCH_VOXELS per map: the chain of filter passes and SSIM terms then
+# stays in cache, while operations stay large enough to amortise torch's overhead.
+# The slab height depends on the volume shape only, so results do not depend on the
+# batch size.
+_CPU_SLAB_VOXELS = 1 << 18
+_CPU_BATCH_VOXELS = 1 << 21
+# float32 slab-sized maps that one synthetic volume of a batch needs at once (product,
+# three filter passes, three SSIM terms, differences and squares, with margin for the
+# product's halo rows): the basis of the default batch size.
+_WORK_MAPS = 10
+# Voxels sampled to choose a volume's shift (_shift_of); any constant is exact, the choice
+# only has to be typical, so a strided sample suffices.
+_MEDIAN_SAMPLES = 1 << 18
+# A value held by at least this share of a smaller strided sample is a flat region
+# (background): the shift is that value instead of the median (_shift_of).
+_FLAT_SAMPLES = 1 << 14
+_FLAT_SHARE = 0.05
+# Training volumes per block of the CPU kernels (each synthetic voxel is read once per
+# block): MAE/RMSE blocks hold float32 volumes, SSIM blocks five maps per volume.
+_CPU_ERROR_BLOCK = 16
+_CPU_SSIM_BLOCK = 4
+
+
+def all_pairs_image_measures(
+    synthetic: np.ndarray,
+    training: Iterable[np.ndarray] | np.ndarray,
+    measures: Sequence[str],
+    *,
+    data_range: float,
+    ssim_sigma: float = 1.5,
+    ssim_truncate: float = 3.5,
+    use_sample_covariance: bool = True,
+    device: str | torch.device = "auto",
+    batch_size: int | None = None,
+    max_memory_mb: float = 4096,
+    threads: int | None = None,
+    n_training: int | None = None,
+    progress: Callable[[int, int | None], None] | None = None,
+    backend: str = "auto",
+) -> dict[str, np.ndarray]:
+    """Compute image-level measures between every synthetic and training volume.
+
+    MAE and RMSE are ``mean |s - t|`` and ``sqrt(mean (s - t)^2)``. SSIM is the mean
+    SSIM of ``skimage.metrics.structural_similarity(s, t, gaussian_weights=True,
+    sigma=ssim_sigma, data_range=data_range, use_sample_covariance=...)`` (RELICT
+    Appendix 1), evaluated in float64 precision up to float32 rounding of the per-pair
+    maps (agreement with skimage on float64 input is better than 1e-5). skimage fixes
+    ``truncate=3.5`` when ``gaussian_weights=True``; other values of ``ssim_truncate``
+    change the window as they would in ``scipy.ndimage.gaussian_filter``.
+
+    Args:
+        synthetic: Synthetic volumes, shape (S, X, Y, Z); held in memory (float32).
+        training: Training volumes of shape (X, Y, Z): an array (T, X, Y, Z) or any
+            iterable yielding one volume at a time. Each is read once.
+        measures: Image-level names of the registry (:mod:`synthaudit.registry`): MAE,
+            RMSE and SSIM run in the fused passes below, any other is its registered
+            function of this module, called once per training volume.
+        data_range: Intensity range ``L`` of the data (SSIM's C1 = (0.01 L)^2,
+            C2 = (0.03 L)^2); must be positive.
+        ssim_sigma: Standard deviation of the Gaussian window, in voxels.
+        ssim_truncate: Window radius in standard deviations (``int(truncate * sigma
+            + 0.5)`` voxels, as in scipy).
+        use_sample_covariance: Normalise (co)variances by N - 1 instead of N, where N
+            is the number of voxels in the window (skimage's default).
+        device: ``"cpu"``, ``"cuda"`` (or a torch device) or ``"auto"`` (CUDA when
+            available).
+        batch_size: Synthetic volumes compared with a training volume at once;
+            default: as many as fit in ``max_memory_mb``.
+        max_memory_mb: Memory budget for the default batch size. It covers the
+            synthetic volumes, their per-volume SSIM maps (a shifted copy and four
+            interior maps: at most 5x the volumes) and the working buffers; when
+            the resident part alone exceeds it, batches have one volume.
+        threads: CPU threads for torch during the call (restored afterwards); default:
+            torch's current setting.
+        n_training: Number of training volumes, for ``progress`` when ``training`` is
+            an iterator without ``len``.
+        progress: Called as ``progress(done, total)`` after each training volume;
+            ``total`` is None when unknown.
+        backend: ``"kernels"`` (fused numba loops, CPU only), ``"torch"`` (tensor
+            operations, any device) or ``"auto"``: kernels on CPU, torch on CUDA. Both
+            give the same values to float32 rounding.
+
+    Returns:
+        For each requested measure, an (S, T) float64 array of raw values (MAE and
+        RMSE distances, SSIM similarity); rows follow ``synthetic``, columns the
+        order of ``training``.
+
+    Raises:
+        ValueError: On unknown measures, non-positive ``data_range`` or sigma,
+            volumes of the wrong shape, or volumes smaller than the SSIM window.
+    """
+    wanted = _check_measures(measures)
+    fused = [m for m in wanted if m in FUSED]
+    pairwise = {m: _registered_function(m) for m in wanted if m not in FUSED}
+    settings = dict(data_range=data_range, ssim_sigma=ssim_sigma, ssim_truncate=ssim_truncate,
+                    use_sample_covariance=use_sample_covariance, device=device, batch_size=batch_size,
+                    max_memory_mb=max_memory_mb, threads=threads, backend=backend)
+    total = n_training if n_training is not None else _length(training)
+    if not pairwise:
+        return _fused_all_pairs(synthetic, training, fused, n_training=total, progress=progress, **settings)
+    synthetic = _float32_array(synthetic)
+    if synthetic.ndim != 4:
+        raise ValueError(f"synthetic must have shape (S, X, Y, Z), got {synthetic.shape}")
+    columns: dict[str, list[np.ndarray]] = {m: [] for m in pairwise}
+
+    def measured(volumes):
+        """Each training volume once: the registered functions' column, then on to the fused passes."""
+        for index, volume in enumerate(volumes):
+            target = _float32_array(volume)
+            if target.shape != synthetic.shape[1:]:
+                raise ValueError(f"training volume {index} has shape {target.shape}; the synthetic volumes have "
+                                 f"{synthetic.shape[1:]}")
+            for m, function in pairwise.items():
+                columns[m].append(np.asarray(function(synthetic, target), dtype=np.float64))
+            yield target
+
+    if fused:
+        out = _fused_all_pairs(synthetic, measured(training), fused, n_training=total, progress=progress, **settings)
+    else:
+        out = {}
+        for done, _ in enumerate(measured(training), start=1):
+            if progress is not None:
+                progress(done, total)
+    for m in pairwise:
+        out[m] = np.stack(columns[m], axis=1) if columns[m] else np.empty((len(synthetic), 0))
+    return {m: out[m] for m in wanted}
+
+
+def _registered_function(measure: str):
+    """The function of this module that the registry names for an image-level measure."""
+    name = registry.get(measure).implementation
+    function = globals().get(name)
+    if not callable(function):
+        raise ValueError(f"measure {measure!r}: the registry names {name!r}, which is not a function of {__name__}")
+    return function
+
+
+def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, data_range: float,
+                     ssim_sigma: float, ssim_truncate: float, use_sample_covariance: bool, device,
+                     batch_size: int | None, max_memory_mb: float, threads: int | None, n_training: int | None,
+                     progress, backend: str) -> dict[str, np.ndarray]:
+    """MAE, RMSE and SSIM in the fused passes (arguments as :func:`all_pairs_image_measures`)."""
+    wanted = list(wanted)
+    synthetic = _float32_array(synthetic)
+    if synthetic.ndim != 4:
+        raise ValueError(f"synthetic must have shape (S, X, Y, Z), got {synthetic.shape}")
+    if data_range <= 0:
+        raise ValueError(f"data_range must be positive, got {data_range}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    shape = synthetic.shape[1:]
+    n_synthetic = synthetic.shape[0]
+    total = n_training if n_training is not None else _length(training)
+
+    if backend not in ("auto", "kernels", "torch"):
+        raise ValueError(f"backend must be 'auto', 'kernels' or 'torch', got {backend!r}")
+    kind = device_type(device)
+    if backend == "kernels" and kind != "cpu":
+        raise ValueError(f"the numba kernels run on the CPU only; device {device} needs backend 'torch' or 'auto'")
+    if backend == "kernels" or (backend == "auto" and kind == "cpu"):
+        return _cpu_all_pairs(synthetic, training, wanted, data_range=data_range, ssim_sigma=ssim_sigma,
+                              ssim_truncate=ssim_truncate, use_sample_covariance=use_sample_covariance,
+                              threads=threads, total=total, progress=progress)
+
+    dev = resolve_device(device)
+    with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
+        ssim = None
+        if "ssim" in wanted:
+            ssim = _SSIM(shape, data_range=data_range, sigma=ssim_sigma, truncate=ssim_truncate,
+                         use_sample_covariance=use_sample_covariance, device=dev)
+        syn = torch.from_numpy(synthetic).to(dev)
+        syn_moments = ssim.moments(syn) if ssim else None
+        rows = _slab_rows(shape, ssim.radius if ssim else 0, dev)
+        if batch_size is None:
+            batch_size = _default_batch_size(n_synthetic, shape, rows, max_memory_mb, dev, with_ssim=bool(ssim))
+        errors = [m for m in wanted if m in ("mae", "rmse")]
+        n_voxels = math.prod(shape)
+        workspace = _Workspace(dev)
+
+        columns: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
+        for done, volume in enumerate(training, start=1):
+            target = _as_volume(volume, shape, done - 1, dev)
+            target_moments = ssim.moments(target[None]) if ssim else None
+            column = {m: torch.empty(n_synthetic, dtype=torch.float64, device=dev) for m in wanted}
+            for start in range(0, n_synthetic, batch_size):
+                batch = slice(start, start + batch_size)
+                if errors:
+                    abs_sum, sq_sum = _error_sums(syn[batch], target, rows, workspace)
+                    if "mae" in column:
+                        column["mae"][batch] = abs_sum / n_voxels
+                    if "rmse" in column:
+                        column["rmse"][batch] = torch.sqrt(sq_sum / n_voxels)
+                if ssim:
+                    column["ssim"][batch] = ssim.mean(syn_moments[batch], target_moments, rows, workspace)
+            for m in wanted:
+                columns[m].append(column[m].cpu().numpy())
+            if progress is not None:
+                progress(done, total)
+
+    return {m: np.stack(columns[m], axis=1) if columns[m] else np.empty((n_synthetic, 0)) for m in wanted}
+
+
+def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_range: float, ssim_sigma: float,
+                   ssim_truncate: float, use_sample_covariance: bool, threads: int | None, total: int | None,
+                   progress) -> dict[str, np.ndarray]:
+    """CPU path: fused numba kernels over blocks of training volumes (see ``kernels``).
+
+    Training volumes are gathered into blocks so that each synthetic voxel is read
+    from memory once per block rather than once per pair; a block holds
+    ``_CPU_ERROR_BLOCK`` volumes for MAE/RMSE and ``_CPU_SSIM_BLOCK`` for SSIM (whose
+    per-volume maps are five volumes' worth each).
+    """
+    shape = synthetic.shape[1:]
+    n_synthetic, n_voxels = synthetic.shape[0], math.prod(shape)
+    errors = [m for m in wanted if m in ("mae", "rmse")]
+    # torch only for SSIM's per-volume maps: MAE and RMSE alone never import it
+    uses_torch = "ssim" in wanted
+    with contextlib.ExitStack() as stack:
+        if uses_torch:
+            for context in (_torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode()):
+                stack.enter_context(context)
+        stack.enter_context(kernels.kernel_threads(threads))
+        ssim = syn_maps = None
+        if uses_torch:
+            ssim = _SSIM(shape, data_range=data_range, sigma=ssim_sigma, truncate=ssim_truncate,
+                         use_sample_covariance=use_sample_covariance, device=torch.device("cpu"), use_kernels=True)
+            syn_maps = ssim.moments(torch.from_numpy(synthetic)).arrays()
+            weights = ssim.filter.weights.astype(np.float32)
+            n_inner = math.prod(syn_maps[2].shape[1:])
+        flat = synthetic.reshape(n_synthetic, n_voxels)
+        block_size = _CPU_SSIM_BLOCK if ssim else _CPU_ERROR_BLOCK
+        columns: dict[str, list[np.ndarray]] = {m: [] for m in wanted}
+        done = 0
+        buffer = np.empty((block_size, *shape), np.float32)  # reused: fresh blocks would page-fault each time
+        train_buffer = ssim.empty_moments(block_size, shape) if ssim else None  # likewise
+        for block in _blocks(training, block_size):
+            volumes = buffer[:len(block)]
+            for i, volume in enumerate(block):
+                _copy_volume(volume, volumes[i], done + i)
+            if errors:
+                abs_sum, sq_sum = kernels.error_sums(flat, volumes.reshape(len(volumes), n_voxels),
+                                                     squares="rmse" in columns)
+                if "mae" in columns:
+                    columns["mae"].append(abs_sum / n_voxels)
+                if "rmse" in columns:
+                    columns["rmse"].append(np.sqrt(sq_sum / n_voxels))
+            if ssim:
+                train_maps = ssim.moments(torch.from_numpy(volumes), out=train_buffer).arrays()
+                sums = np.zeros((n_synthetic, len(volumes)))
+                kernels.ssim_sums(*syn_maps, *train_maps, weights, ssim.c1, ssim.c2 / ssim.k, sums)
+                columns["ssim"].append(sums / n_inner)
+            for _ in block:
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+    return {m: np.concatenate(columns[m], axis=1) if columns[m] else np.empty((n_synthetic, 0)) for m in wanted}
+
+
+def _blocks(items, size: int) -> Iterator[list]:
+    """Consecutive lists of up to ``size`` items of any iterable (one pass)."""
+    block = []
+    for item in items:
+        block.append(item)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _copy_volume(volume, out: np.ndarray, index: int) -> None:
+    """Copy (and convert, e.g. int16 CT) training volume ``index`` into the float32 block."""
+    array = np.asarray(volume)
+    if array.shape != out.shape:
+        raise ValueError(f"training volume {index} has shape {array.shape}; the synthetic volumes have {out.shape}")
+    np.copyto(out, array, casting="unsafe")
+
+
+def ncc(synthetic: np.ndarray, target: np.ndarray) -> np.ndarray:
+    """Normalised cross-correlation of each synthetic volume with one training volume.
+
+    The Pearson correlation of the voxel values, ``sum(x~ y~) / sqrt(sum(x~^2) sum(y~^2))``
+    with ``x~ = x - mean(x)`` (ITK's NormalizedCorrelation without its sign flip): 1 for
+    a replica up to a linear intensity change ``a x + b`` (a > 0), which MAE and RMSE
+    count as a difference. A constant volume correlates with nothing: 0. Centred in
+    float64, one synthetic volume at a time.
+
+    Args:
+        synthetic: (S, X, Y, Z) float32 volumes.
+        target: One (X, Y, Z) float32 training volume.
+
+    Returns:
+        (S,) float64 correlations in [-1, 1].
+    """
+    y = target.reshape(-1).astype(np.float64)
+    y -= y.mean()
+    y_norm = math.sqrt(float(y @ y))
+    out = np.zeros(len(synthetic))
+    for i, volume in enumerate(synthetic):
+        x = volume.reshape(-1).astype(np.float64)
+        x -= x.mean()
+        denominator = math.sqrt(float(x @ x)) * y_norm
+        if denominator > 0:
+            out[i] = float(x @ y) / denominator
+    return np.clip(out, -1.0, 1.0)
+
+
+def _check_measures(measures: Sequence[str]) -> list[str]:
+    """Validate measure names (image level of the registry); keep their order, drop repeats."""
+    return registry.check(measures, "image")
+
+
+def _length(training) -> int | None:
+    try:
+        return len(training)
+    except TypeError:
+        return None
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int | None) -> Iterator[None]:
+    """Use ``threads`` CPU threads inside the block; torch's setting is process-wide."""
+    if threads is None:
+        yield
+        return
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+@contextlib.contextmanager
+def _ieee_float32_matmul() -> Iterator[None]:
+    """Force IEEE float32 matrix products inside the block, then restore the setting.
+
+    Callers may allow TF32 or bf16 products process-wide (common when training
+    networks, e.g. ``torch.set_float32_matmul_precision("high")``); their ~1e-3
+    relative error would wreck the cancellation in the SSIM covariance.
+    """
+    backends = [torch.backends.cuda.matmul, torch.backends.mkldnn.matmul]
+    previous = [backend.fp32_precision for backend in backends]
+    for backend in backends:
+        backend.fp32_precision = "ieee"
+    try:
+        yield
+    finally:
+        for backend, value in zip(backends, previous):
+            backend.fp32_precision = value
+
+
+def _float32_array(data) -> np.ndarray:
+    """C-contiguous, writable float32 array (torch cannot share read-only memory)."""
+    array = np.ascontiguousarray(data, dtype=np.float32)
+    return array if array.flags.writeable else array.copy()
+
+
+def _as_volume(volume, shape: tuple[int, ...], index: int, device: torch.device) -> torch.Tensor:
+    array = _float32_array(volume)
+    if array.shape != shape:
+        raise ValueError(f"training volume {index} has shape {array.shape}; the synthetic volumes have {shape}")
+    return torch.from_numpy(array).to(device)
+
+
+def _default_batch_size(n_synthetic: int, shape: tuple[int, ...], rows: int, max_memory_mb: float,
+                        device: torch.device, *, with_ssim: bool) -> int:
+    """Synthetic volumes per batch such that resident data plus working maps fit the budget.
+
+    Resident: the synthetic volumes and, for SSIM, their per-volume maps (shifted
+    volume plus four interior maps: at most 5 volumes' worth). Working:
+    ``_WORK_MAPS`` float32 maps of one slab per batch volume. On CPU the batch is also
+    capped so that a slab of the whole batch stays cache-sized.
+    """
+    voxel_bytes = 4 * math.prod(shape)
+    slab_voxels = rows * math.prod(shape[1:])
+    resident = n_synthetic * voxel_bytes * (6 if with_ssim else 1)
+    free = max_memory_mb * 2**20 - resident
+    batch = int(free // (_WORK_MAPS * 4 * slab_voxels))
+    if device.type == "cpu":
+        batch = min(batch, _CPU_BATCH_VOXELS // slab_voxels)
+    return max(1, min(n_synthetic, batch))
+
+
+def _slab_rows(shape: tuple[int, ...], radius: int, device: torch.device) -> int:
+    """Rows of the first axis per slab: whole volumes on GPU, about 1 MiB per map on CPU.
+
+    At least 2r rows, because each slab of the product carries 2r halo rows.
+    """
+    rows = shape[0] - 2 * radius
+    if device.type == "cpu":
+        rows = min(rows, max(2 * radius, _CPU_SLAB_VOXELS // math.prod(shape[1:])))
+    return max(1, rows)
+
+
+def _error_sums(x: torch.Tensor, y: torch.Tensor, rows: int,
+                workspace: _Workspace) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per synthetic volume, the sums of ``|x - y|`` and ``(x - y)^2`` in float64.
+
+    Differences are taken directly on the raw float32 values, never through
+    ``|x|^2 + |y|^2 - 2 x.y``: for a near-replica each voxel pair is within a factor of
+    two, so its float32 difference is exact (Sterbenz) and small distances keep full
+    relative precision. Each slab is summed by torch's cascade summation (relative
+    error ~1e-7) and the slab sums are accumulated in float64.
+
+    Args:
+        x: Synthetic batch (B, X, Y, Z).
+        y: Training volume (X, Y, Z).
+        rows: Rows of the first axis per slab.
+        workspace: Buffers for the differences and their squares.
+    """
+    abs_sum = torch.zeros(x.shape[0], dtype=torch.float64, device=x.device)
+    sq_sum = torch.zeros_like(abs_sum)
+    for start in range(0, x.shape[1], rows):
+        block = x[:, start:start + rows]
+        diff = torch.sub(block, y[start:start + rows], out=workspace("diff", block.shape)).flatten(1)
+        sq_sum += torch.mul(diff, diff, out=workspace("square", diff.shape)).sum(dim=1)
+        abs_sum += diff.abs_().sum(dim=1)
+    return abs_sum, sq_sum
+
+
+class _ValidGaussian:
+    """Separable Gaussian correlation, computed only where the window fits the volume.
+
+    Maps (..., X, Y, Z) to (..., X - 2r, Y - 2r, Z - 2r). The kernel is scipy's
+    (``scipy.ndimage.gaussian_filter``: radius ``int(truncate * sigma + 0.5)``, weights
+    ``exp(-x^2 / (2 sigma^2))`` normalised to sum 1; symmetric, so correlation equals
+    convolution), with each weight rounded to float32. The rounding makes the float32
+    and float64 filters apply bitwise the same weights, so maps filtered in either
+    precision cancel exactly where they should; the total weight ``gain`` (1 up to
+    ~1e-8) is kept explicit instead of being rounded away. Each axis is a product with
+    a banded (n - 2r) x n matrix, cached per axis length and dtype.
+    """
+
+    def __init__(self, sigma: float, truncate: float, device: torch.device):
+        self.radius = int(truncate * sigma + 0.5)
+        offsets = np.arange(-self.radius, self.radius + 1)
+        weights = np.exp(-0.5 / (sigma * sigma) * offsets**2)
+        self.weights = (weights / weights.sum()).astype(np.float32).astype(np.float64)
+        self.gain = float(self.weights.sum()) ** 3
+        self.device = device
+        self._bands: dict[tuple, torch.Tensor] = {}
+
+    def band(self, n_in: int, dtype: torch.dtype) -> torch.Tensor:
+        key = (n_in, dtype)
+        if key not in self._bands:
+            n_out = n_in - 2 * self.radius
+            matrix = np.zeros((n_out, n_in))
+            rows = np.arange(n_out)[:, None]
+            matrix[rows, rows + np.arange(2 * self.radius + 1)] = self.weights
+            self._bands[key] = torch.from_numpy(matrix).to(self.device, dtype)
+        return self._bands[key]
+
+    def __call__(self, volumes: torch.Tensor, workspace: _Workspace | None = None) -> torch.Tensor:
+        """Filter the last three axes of ``volumes`` (..., X, Y, Z).
+
+        ``workspace`` provides the buffers of the three passes; None allocates them.
+        """
+        *lead, nx, ny, nz = volumes.shape
+        n, r2 = math.prod(lead), 2 * self.radius
+        passes = [(n, nx - r2, ny * nz), (n * (nx - r2), ny - r2, nz), (n * (nx - r2) * (ny - r2), nz - r2)]
+        out = [None] * 3 if workspace is None else [workspace(f"filter{i}", s) for i, s in enumerate(passes)]
+        dtype = volumes.dtype
+        filtered = torch.matmul(self.band(nx, dtype), volumes.reshape(n, nx, ny * nz), out=out[0])
+        filtered = torch.matmul(self.band(ny, dtype), filtered.view(-1, ny, nz), out=out[1])
+        filtered = torch.matmul(filtered.view(-1, nz), self.band(nz, dtype).T, out=out[2])
+        return filtered.view(*lead, nx - r2, ny - r2, nz - r2)
+
+
+class _Workspace:
+    """Reusable float32 buffers for the per-pair maps, keyed by name.
+
+    Large fresh CPU allocations are page-faulted on first touch; allocating the
+    per-slab maps anew made out-of-place operations several times slower than
+    in-place ones. A request for fewer elements (last slab, last batch) is a view
+    of the existing buffer.
+    """
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._storage: dict[str, torch.Tensor] = {}
+
+    def __call__(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        size = math.prod(shape)
+        buffer = self._storage.get(name)
+        if buffer is None or buffer.numel() < size:
+            buffer = self._storage[name] = torch.empty(size, dtype=torch.float32, device=self.device)
+        return buffer[:size].view(shape)
+
+
+@dataclass
+class _Moments:
+    """Per-volume SSIM maps of a batch of volumes (leading axis), float32 on the device.
+
+    Interior maps cover the voxels kept by skimage's crop, (X - 2r, Y - 2r, Z - 2r);
+    see :class:`_SSIM` for the notation.
+
+    Attributes:
+        shifted: ``x - c`` with ``c`` the volume's shift (``_shift_of``; full size): the factor of
+            the per-pair product, small where float32 would otherwise lose precision.
+        cross: ``G'(x - c) / sqrt(g)``; ``cross_x * cross_y`` is what the filtered
+            product loses to the means in the covariance.
+        mean: Local mean mu, for the luminance term.
+        alpha: ``mu^2 + C1 / 2``, so that B1 = alpha_x + alpha_y.
+        beta: ``(cn var + C2 / 2) / k``, so that B2 / k = beta_x + beta_y.
+    """
+
+    shifted: torch.Tensor
+    cross: torch.Tensor
+    mean: torch.Tensor
+    alpha: torch.Tensor
+    beta: torch.Tensor
+
+    def __getitem__(self, index: slice) -> _Moments:
+        return _Moments(*(getattr(self, f.name)[index] for f in fields(self)))
+
+    def arrays(self) -> list[np.ndarray]:
+        """The maps as NumPy views (CPU tensors), in field order, for the numba kernel."""
+        return [getattr(self, f.name).numpy() for f in fields(self)]
+
+
+def _shift_of(volume: torch.Tensor) -> torch.Tensor:
+    """The constant a volume is shifted by before SSIM's products (any constant is exact).
+
+    The value of the volume's largest flat region when there is one (a value held by at
+    least ``_FLAT_SHARE`` of a strided sample, e.g. the background), so that region is
+    exactly zero after the shift and adds no rounding to ``G'(x~ y~) - cross_x cross_y``,
+    where rounding does not average out (every voxel of a flat region rounds alike);
+    otherwise the median, which minimises the mean ``|x - c|`` that scales rounding.
+    The median alone missed skimage by 1.9e-5 on a 182 x 218 x 182 pair whose zero
+    background was 28 % of the volume (the median then falls in the foreground).
+    """
+    flat = volume.reshape(-1)
+    coarse = flat[:: max(1, flat.numel() // _FLAT_SAMPLES)]  # a share needs few samples; unique sorts
+    values, counts = torch.unique(coarse, return_counts=True)
+    top = int(torch.argmax(counts))
+    if int(counts[top]) >= _FLAT_SHARE * coarse.numel():
+        return values[top]
+    return flat[:: max(1, flat.numel() // _MEDIAN_SAMPLES)].median()
+
+
+class _SSIM:
+    """skimage's Gaussian-weighted mean SSIM, split into per-volume and per-pair work.
+
+    skimage computes, per voxel, ``SSIM = A1 A2 / (B1 B2)`` with ``A1 = 2 mu_x mu_y +
+    C1``, ``A2 = 2 cn cov_xy + C2``, ``B1 = mu_x^2 + mu_y^2 + C1``, ``B2 = cn var_x +
+    cn var_y + C2`` (``cn`` the sample-covariance factor), local statistics from the
+    Gaussian window. Only ``cov_xy`` needs both volumes' voxels.
+
+    With ``G'`` the filter with float32 weights, ``g`` its total weight and ``c`` a
+    volume's shift (``_shift_of``), ``cov_xy = (G'((x - c_x)(y - c_y)) - cross_x cross_y) / g``
+    with ``cross = G'(x - c) / sqrt(g)``. The per-pair work is
+    ``A2 / k = G'(x~ y~) - cross_x cross_y + C2 / k`` with ``k = 2 cn / g``; the factor
+    ``k`` moves into the per-volume ``beta`` (B2 / k = beta_x + beta_y). So the two
+    large float32 terms use bitwise the same weights and cancel before any rounded
+    constant multiplies them: a relative error d on either would cost about
+    ``d * mu^2 / var`` (~25 d in brain tissue) in SSIM.
+    """
+
+    def __init__(self, shape: tuple[int, ...], *, data_range: float, sigma: float, truncate: float,
+                 use_sample_covariance: bool, device: torch.device, use_kernels: bool = False):
+        if sigma <= 0:
+            raise ValueError(f"ssim_sigma must be positive, got {sigma}")
+        self.filter = _ValidGaussian(sigma, truncate, device)
+        self.radius = self.filter.radius
+        win_size = 2 * self.radius + 1
+        if min(shape) < win_size:
+            raise ValueError(f"volumes of shape {shape} are smaller than the SSIM window ({win_size} voxels)")
+        n_window = win_size ** len(shape)
+        self.cov_norm = n_window / (n_window - 1) if use_sample_covariance else 1.0
+        self.c1 = (_K1 * data_range) ** 2
+        self.c2 = (_K2 * data_range) ** 2
+        self.k = 2 * self.cov_norm / self.filter.gain
+        self.device = device
+        self.use_kernels = use_kernels  # per-volume maps by the numba kernel (CPU)
+
+    def empty_moments(self, n: int, shape: tuple[int, ...]) -> _Moments:
+        """Uninitialised float32 maps for ``n`` volumes of ``shape`` (see :meth:`moments`)."""
+        r2 = 2 * self.radius
+        inner = (n, *(size - r2 for size in shape))
+        return _Moments(torch.empty((n, *shape), dtype=torch.float32, device=self.device),
+                        *(torch.empty(inner, dtype=torch.float32, device=self.device) for _ in range(4)))
+
+    def moments(self, volumes: torch.Tensor, out: _Moments | None = None) -> _Moments:
+        """Per-volume maps of (B, X, Y, Z) float32 volumes, computed in float64 one at a time.
+
+        ``out``: maps of at least B volumes to write into (the first B are used). The CPU
+        engine passes the same buffers for every block of training volumes: fresh ones
+        (580 MB per block of four at NCCT size) page-faulted on first touch, which cost
+        more than the kernel that fills them (0.07 of 0.12 s per volume).
+        """
+        n = volumes.shape[0]
+        if out is None:
+            out = self.empty_moments(n, volumes.shape[1:])
+        else:
+            out = out[:n]
+            if out.shifted.shape != volumes.shape:
+                raise ValueError(f"map buffers for {tuple(out.shifted.shape)} cannot hold maps of "
+                                 f"{tuple(volumes.shape)}")
+        gain = self.filter.gain
+        if self.device.type == "cpu" and self.use_kernels:
+            weights = self.filter.weights
+            for i, volume in enumerate(volumes):
+                shift = _shift_of(volume)
+                torch.sub(volume, shift, out=out.shifted[i])
+                maps = [getattr(out, name)[i].numpy() for name in ("cross", "mean", "alpha", "beta")]
+                kernels.ssim_moments(out.shifted[i].numpy(), float(shift), weights, gain, self.c1, self.c2,
+                                     self.cov_norm, self.k, *maps)
+            return out
+        for i, volume in enumerate(volumes):
+            shift = _shift_of(volume)
+            # The float32 shifted volume is what the per-pair product sees; deriving all
+            # maps from exactly these values keeps the cancellation in A2 exact (the
+            # maps then describe ``shifted + c``, within float32 rounding of the volume).
+            torch.sub(volume, shift, out=out.shifted[i])
+            shifted = out.shifted[i].double()
+            filtered = self.filter(shifted)
+            mean_shifted = filtered / gain
+            var = self.filter(shifted * shifted).div_(gain).sub_(mean_shifted * mean_shifted)
+            mean = mean_shifted + shift.double()
+            out.cross[i] = filtered / math.sqrt(gain)
+            out.mean[i] = mean
+            out.alpha[i] = mean * mean + self.c1 / 2
+            out.beta[i] = var.mul_(self.cov_norm).add_(self.c2 / 2).div_(self.k)
+        return out
+
+    def mean(self, x: _Moments, y: _Moments, rows: int, workspace: _Workspace) -> torch.Tensor:
+        """Mean SSIM of each volume in batch ``x`` with the single volume in ``y``, float64.
+
+        The interior is processed in slabs of ``rows`` rows of the first axis; a slab
+        needs ``rows + 2r`` rows of the shifted volumes for its product. All per-pair
+        maps live in ``workspace``.
+        """
+        c1 = torch.tensor(self.c1, dtype=torch.float32, device=self.device)
+        n_batch, n_inner = x.mean.shape[:2]
+        total = torch.zeros(n_batch, dtype=torch.float64, device=self.device)
+        for start in range(0, n_inner, rows):
+            inner = slice(start, start + rows)
+            outer = slice(start, min(start + rows, n_inner) + 2 * self.radius)
+            product = torch.mul(x.shifted[:, outer], y.shifted[:, outer],
+                                out=workspace("product", (n_batch, *x.shifted[0, outer].shape)))
+            a2 = self.filter(product, workspace)
+            a2.addcmul_(x.cross[:, inner], y.cross[:, inner], value=-1.0).add_(self.c2 / self.k)
+            shape = a2.shape
+            ssim = torch.addcmul(c1, x.mean[:, inner], y.mean[:, inner], value=2.0, out=workspace("a1", shape))
+            ssim.mul_(a2)
+            denominator = torch.add(x.alpha[:, inner], y.alpha[:, inner], out=workspace("b1", shape))
+            denominator.mul_(torch.add(x.beta[:, inner], y.beta[:, inner], out=workspace("b2", shape)))
+            total += ssim.div_(denominator).sum(dim=(1, 2, 3))
+        return total / math.prod(x.mean.shape[1:])

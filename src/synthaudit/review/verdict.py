@@ -1,0 +1,105 @@
+"""The answer an audit exists for, read back from a finished run's own files.
+
+Why: a user asks "which of my synthetic volumes are copies, and of whom?" before anything
+else; the answer is spread over the rankings, the calibrated calls (copies.json,
+copies.tsv) and the rating-tuned thresholds (relict.json). This module gathers it per
+synthetic set, for `synthaudit where` and the report's verdict figure, and never computes
+a new number: every count is read or counted from those files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..io import read_metrics, read_tsv
+from ..relict.ranking import read_ranking
+from ..workspace import WARNINGS_FILE
+
+
+def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
+                    aligned: bool | None = None) -> dict | None:
+    """Calls per measure (calibrated and rating-tuned), copied patients and the most likely
+    replicas of one dataset; None when the run has no ranking for it yet. ``order``: the
+    measures in the order params.yaml lists them (the first one's ranking is quoted)."""
+    base = Path(root) / "results/relict" / dataset
+    found = {p.stem.removeprefix("ranking_"): p for p in base.glob("ranking_*.tsv")}
+    names = [m for m in (order or []) if m in found] + sorted(set(found) - set(order or []))
+    rankings = {m: read_ranking(found[m]) for m in names}
+    if not rankings:
+        return None
+    metrics_path = Path(root) / "results/metrics/relict.json"
+    metrics = read_metrics(metrics_path).get(dataset, {}) if metrics_path.is_file() else {}
+    copies_path = base / "copies.json"
+    copies = json.loads(copies_path.read_text()) if copies_path.is_file() else None
+    out = {"dataset": dataset, "n_synthetic": len(next(iter(rankings.values()))), "measures": {}}
+    if aligned is not None:  # whether relict.alignment searched this set for flipped/shifted/rotated copies
+        out["aligned"] = bool(aligned)
+    for m, rows in rankings.items():
+        e = {"most_likely": [(r["synthetic_id"], r["closest_training_id"], r["score"]) for r in rows[:3]]}
+        if copies and m in copies["measures"]:
+            e["calibrated_calls"] = copies["measures"][m]["n_copies"]
+        threshold = (metrics.get(m) or {}).get("threshold")
+        if threshold is not None:  # RELICT: replica when the score is at or below the tuned threshold
+            e["rating_tuned_calls"] = sum(r["score"] <= threshold for r in rows)
+            e["threshold"] = threshold
+        out["measures"][m] = e
+    warnings = Path(root) / WARNINGS_FILE
+    if warnings.is_file():  # what init accepted with a warning qualifies the answer (an empty sample's "replica")
+        out["input_warnings"] = [(r["id"], r["role"], r["warning"]) for r in read_tsv(warnings)
+                                 if r.get("dataset") == dataset]
+    if copies:
+        out["rate"], out["n_heldout"] = copies["rate"], copies["n_heldout"]
+        out["combined"] = copies["combined"]
+        table = base / "copies.tsv"
+        out["copied_patients"] = [(r["patient_id"], r["copied_by"].split()) for r in read_tsv(table)
+                                  if r.get("combined_copies", "0") not in ("", "0")] if table.is_file() else []
+    return out
+
+
+def verdict_lines(v: dict) -> list[str]:
+    """The verdict as a few lines of text (terminal and figure alike); the volumes `init`
+    accepted with a warning (constant, nearly empty, other units) last, where they exist, so
+    that a "replica" of an empty volume is read with its cause beside it."""
+    lines = [f"{v['dataset']}: {v['n_synthetic']} synthetic volumes"]
+    if "combined" in v:
+        c = v["combined"]
+        lines.append(f"  calibrated calls (false-positive rate {v['rate']:g} against {v['n_heldout']} held-out scans): "
+                     f"{c['n_copies']} volumes called copies ({c['percent_synthetic_copies'] or 0:.1f} %); "
+                     f"{c['n_patients_copied']} of {c['n_training_patients']} training patients copied")
+        copied = v.get("copied_patients", [])
+        for patient, by in copied[:8]:
+            lines.append(f"    patient {patient}: {', '.join(by)}")
+        if len(copied) > 8:
+            lines.append(f"    ... and {len(copied) - 8} more patients (copies.tsv)")
+        if v["n_heldout"] + 1 < 1 / v["rate"]:
+            lines.append(f"    (too few held-out scans for rate {v['rate']:g}: nothing can be called; "
+                         f"{int(round(1 / v['rate'])) - 1} are needed)")
+    else:
+        lines.append("  no calibrated calls (no held-out scans)")
+    per = []
+    for m, e in v["measures"].items():
+        parts = []
+        if "calibrated_calls" in e:
+            parts.append(f"{e['calibrated_calls']} calibrated")
+        if "rating_tuned_calls" in e:
+            parts.append(f"{e['rating_tuned_calls']} at the rating-tuned threshold {e['threshold']:.4g}")
+        if parts:
+            per.append(f"    {m}: {'; '.join(parts)}")
+    if per:
+        lines += ["  replicas by measure:"] + per
+    if v.get("aligned") is False:
+        lines.append("  augmented copies (flipped, shifted, rotated) were not searched: relict.alignment is off "
+                     f"for {v['dataset']} (add it to relict.alignment.datasets); a generator trained with such "
+                     "augmentations can emit copies these measures miss")
+    first = next(iter(v["measures"]))
+    top = ", ".join(f"{s} ~ {t} ({score:.3g})" for s, t, score in v["measures"][first]["most_likely"])
+    lines.append(f"  most likely replicas ({first}): {top}")
+    warned = v.get("input_warnings") or []
+    if warned:
+        lines.append(f"  {len(warned)} input volume(s) accepted with a warning ({WARNINGS_FILE}, from "
+                     "synthaudit init):")
+        lines += [f"    {i} ({role}): {text}" for i, role, text in warned[:8]]
+        if len(warned) > 8:
+            lines.append(f"    ... and {len(warned) - 8} more")
+    return lines

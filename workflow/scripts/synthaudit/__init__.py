@@ -1,7 +1,0 @@
-"""synthaudit: replica detection and privacy audits for synthetic 3D medical images.
-
-The library is importable without Snakemake: every rule's script is a thin adapter
-that reads ``snakemake.input/params`` and calls functions defined here.
-"""
-
-__version__ = "0.1.0"
