@@ -1,4 +1,4 @@
-"""The README's demo tables are the committed metrics, not typed numbers."""
+"""The demo's results tables (docs/demo_results.md) are the committed metrics, not typed numbers."""
 
 import json
 
@@ -8,12 +8,37 @@ from synthaudit.review import readme_tables as rt
 from workflow_helpers import ROOT as REPO
 
 
-def test_readme_tables_equal_the_committed_metrics():
-    readme = (REPO / "README.md").read_text()
+def test_demo_results_tables_equal_the_committed_metrics():
+    page = REPO / rt.TARGET
+    text = page.read_text(encoding="utf-8")
     generated = rt.tables(REPO / "results/metrics")
-    assert rt.replace(readme, generated) == readme, (
-        "README.md's demo tables differ from results/metrics/: run "
-        "`python -m synthaudit.review.readme_tables --write README.md`")
+    assert rt.replace(text, generated) == text, (
+        f"{rt.TARGET}'s demo tables differ from results/metrics/: run "
+        "`python -m synthaudit.review.readme_tables --write`")
+
+
+def test_the_readme_holds_no_stale_copy_of_the_tables():
+    """The tables live in one place; a copy left in the README would go stale unchecked."""
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    for name in ("demo-rating", "demo-calibrated"):
+        assert f"<!-- {name}:" not in readme
+
+
+def test_write_updates_the_page_in_place(tmp_path, monkeypatch):
+    (tmp_path / "metrics").mkdir()
+    (tmp_path / "metrics/relict.json").write_text(json.dumps({"ncct_demo": {"mae": {"balanced_accuracy": 1.0,
+                                                                                    "auc": 0.5}}}))
+    (tmp_path / "metrics/copies.json").write_text("{}")
+    page = tmp_path / rt.TARGET
+    page.parent.mkdir()
+    page.write_text("intro\n<!-- demo-rating: old -->\nold\n<!-- /demo-rating -->\n"
+                    "<!-- demo-calibrated: old -->\nold\n<!-- /demo-calibrated -->\nend\n")
+    monkeypatch.chdir(tmp_path)
+    assert rt.main(["--write", "--metrics", "metrics"]) == 0  # the default page
+    text = page.read_text()
+    assert "| ncct_demo | 1.00 / 0.50 |" in text and text.startswith("intro\n") and text.endswith("end\n")
+    assert f"--write {rt.TARGET.as_posix()}` from results/metrics/ -->" in text
+    assert rt.replace(text, rt.tables(tmp_path / "metrics")) == text
 
 
 def test_tables_format_pairs_and_missing_cells(tmp_path):

@@ -107,7 +107,7 @@ def test_user_folder_of_registered_nifti(tmp_path, layout):
         rows = {r["synthetic_id"]: r for r in read_tsv(wd / f"results/relict/mydata/ranking_{measure}.tsv")}
         assert rows["gen_a"]["closest_training_id"] == "pat0_s1"
         assert rows["gen_b"]["closest_training_id"] == "pat2_s0"
-        if measure == "dice_binary":  # two lesion-free maps agree: distance 0, ranked first (README, Definitions)
+        if measure == "dice_binary":  # two lesion-free maps agree: distance 0, ranked first (docs/definitions.md)
             assert rows["gen_d"]["closest_training_id"] == "pat1_s1" and float(rows["gen_d"]["score"]) == 0.0
             assert rows["gen_d"]["rank"] == "1" and {rows["gen_a"]["rank"], rows["gen_b"]["rank"]} == {"2", "3"}
             assert all(np.isfinite(float(r["score"])) for r in rows.values())
@@ -246,7 +246,7 @@ def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
     snakemake(wd, "relict_all", "filter_all")
     m = json.loads((wd / "results/metrics/relict.json").read_text())
     # gen_d (a non-replica) and training scan pat1_s1 are both lesion-free: Dice distance 0, so the
-    # segmentation level calls gen_d a replica (README, Definitions); the two true replicas are found
+    # segmentation level calls gen_d a replica (docs/definitions.md); the two true replicas are found
     assert m["mydata"]["dice_binary"]["balanced_accuracy"] == 0.75
     assert m["mydata"]["dice_binary"]["sensitivity"] == 1.0
     rejected = {r["synthetic_id"] for r in read_tsv(wd / "results/filter/batch2/rejected.tsv")}
