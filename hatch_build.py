@@ -9,7 +9,7 @@ holds links to them). Only the standard wheel gets the copies.
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
 
 # top-level paths of the checkout -> their place in the wheel
-WORKFLOW_FILES = ("Snakefile", "workflow", "envs", "params.yaml", "dvc.yaml")
+WORKFLOW_FILES = ("Snakefile", "workflow", "envs", "params.yaml")
 
 
 class WorkflowDataHook(BuildHookInterface):

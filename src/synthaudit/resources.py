@@ -3,7 +3,7 @@
 Why: an audit workspace (``synthaudit init``) must run whatever synthaudit is installed, not a
 checkout at a fixed path. The wheel carries the workflow as package data in
 ``synthaudit/_workflow/`` (pyproject: hatch force-include of the top-level ``Snakefile``,
-``workflow/``, ``envs/``, ``params.yaml``, ``dvc.yaml``); in a checkout the same folder holds
+``workflow/``, ``envs/``, ``params.yaml``); in a checkout the same folder holds
 symbolic links to those top-level files, so an editable install resolves to the checkout's own.
 """
 
