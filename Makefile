@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test install lint wheel lock demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
+.PHONY: demo test install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -69,15 +69,23 @@ wheel: $(STAMP)
 	rm -rf dist && $(BIN)/python -m pip wheel --quiet --no-deps --no-build-isolation -w dist .
 	@ls -l dist/*.whl
 
-# dvc.lock for the committed demo results: after `make demo` (which writes no lock), record the
-# code, params and outputs the demo ran with; commit it with results/metrics and results/plots
+# The committed baseline (results/metrics, results/plots, dvc.lock, docs/demo_results.md's tables):
+# what make demo and the demo's feature-level study write. After a change that moves a result:
+# make baseline, then commit those files with the change.
+baseline: demo
+	$(BIN)/snakemake $(DEMO_PROFILE) feature_study_all
+	$(MAKE) lock
+	$(BIN)/python -m synthaudit.review.readme_tables --write
+
+# dvc.lock: the code, params and outputs the run in this folder used (dvc commit, no rerun)
 lock: $(STAMP)
 	$(BIN)/dvc commit --force --quiet
 
-# The committed baseline is what this commit's demo produces (.ci/run): make demo, then every
-# tracked metric and plot table compared with the committed one (the metric named on failure),
-# dvc.lock's code and params checked against this commit, nothing else tracked changed.
+# CI (.ci/run): the demo and its feature-level study, then every tracked metric and plot table
+# compared with the committed one (the metric named on failure), dvc.lock's code and params
+# checked against this commit, nothing else tracked changed (.ci/check_baseline.py)
 demo-check: demo
+	$(BIN)/snakemake $(DEMO_PROFILE) feature_study_all
 	$(BIN)/python .ci/check_baseline.py
 
 report: $(STAMP)

@@ -104,7 +104,7 @@ def compare_lock() -> list[str]:
     """dvc.lock's code and params against this commit (outputs of a stage are other stages' deps:
     those are outputs, not code, and are not compared)."""
     if not (ROOT / "dvc.lock").is_file() or not git("ls-files", "dvc.lock").strip():
-        return ["dvc.lock: not committed (make demo && make lock, then commit it)"]
+        return ["dvc.lock: not committed (make baseline, then commit it)"]
     status = json.loads(subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=ROOT,
                                        capture_output=True, text=True, check=True).stdout or "{}")
     problems = []
@@ -132,7 +132,7 @@ def main(argv=None) -> int:
         print("\n".join("  " + p for p in problems[:200]))
         if len(problems) > 200:
             print(f"  ... and {len(problems) - 200} more")
-        print("regenerate: make demo && make lock, then commit results/metrics, results/plots and dvc.lock")
+        print("regenerate: make baseline, then commit results/metrics, results/plots, dvc.lock and docs/demo_results.md")
         return 1
     print(f"baseline: every tracked metric and plot table within rtol {args.rtol:g} of the committed one; "
           "dvc.lock matches this commit's code and params")
