@@ -105,8 +105,10 @@ def compare_lock() -> list[str]:
     those are outputs, not code, and are not compared)."""
     if not (ROOT / "dvc.lock").is_file() or not git("ls-files", "dvc.lock").strip():
         return ["dvc.lock: not committed (make baseline, then commit it)"]
-    status = json.loads(subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=ROOT,
-                                       capture_output=True, text=True, check=True).stdout or "{}")
+    proc = subprocess.run([sys.executable, "-m", "dvc", "status", "--json"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return [f"dvc.lock: `dvc status` failed: {(proc.stderr or proc.stdout).strip()[-500:]}"]
+    status = json.loads(proc.stdout or "{}")
     problems = []
     for stage, changes in status.items():
         for change in changes:
@@ -115,8 +117,10 @@ def compare_lock() -> list[str]:
                 continue
             for kind in ("changed deps", "changed params"):
                 for dep, how in (change.get(kind) or {}).items():
-                    if isinstance(how, dict) or not dep.startswith("results/"):
-                        problems.append(f"dvc.lock: stage {stage}: {dep} {how if isinstance(how, str) else 'changed'}")
+                    if isinstance(how, dict):  # params: file -> {key: how}
+                        problems += [f"dvc.lock: stage {stage}: {dep} {key} {h}" for key, h in how.items()]
+                    elif not dep.startswith("results/"):
+                        problems.append(f"dvc.lock: stage {stage}: {dep} {how}")
     return problems
 
 
