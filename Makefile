@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
+.PHONY: demo test test-slurm install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -57,6 +57,13 @@ feature-study: $(STAMP)
 # scored per replica kind: results/bench/real_anatomy_cohort.{json,md}
 real-anatomy: $(STAMP)
 	bench/real_anatomy/run.sh audit
+
+# The tiny audit through a real one-node SLURM cluster on this machine (needs root: tests/slurm/up.sh
+# installs Debian's slurm-wlm and munge and starts them): identical to a local run, a failed job
+# resubmitted, a killed master rerun (tests/test_slurm.py)
+test-slurm: $(STAMP)
+	tests/slurm/up.sh
+	$(BIN)/python -m pytest -m slurm -n0 tests/test_slurm.py
 
 # the rules' lint and format (.ci/run): Snakemake's own checks, snakefmt (pyproject: 120 columns)
 lint: $(STAMP)

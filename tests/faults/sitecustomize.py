@@ -8,6 +8,9 @@ path, and even there it does nothing unless one of these is set:
 ``SYNTHAUDIT_FAULT_ENOSPC=<glob>``
     A file opened for writing whose absolute path matches ``<glob>`` takes ``ROOM`` bytes;
     then every write raises ``OSError(ENOSPC)``, as on a disk that fills up mid-write.
+``SYNTHAUDIT_FAULT_ONCE=<file>`` (with ENOSPC)
+    Only the first matching file fills up: it creates ``<file>``, and while that exists the
+    disk has room again (a transient fault: tests/test_slurm.py's job that a retry completes).
 ``SYNTHAUDIT_FAULT_HOLD=<glob>`` with ``SYNTHAUDIT_FAULT_HOLD_FLAG=<file>``
     Right after ``os.replace`` has put a file onto a path matching ``<glob>`` (an atomic
     write has landed; the job has not finished), the process writes its pid to ``<file>``
@@ -59,12 +62,24 @@ def _matches(path, pattern: str) -> bool:
     return isinstance(path, (str, bytes, os.PathLike)) and fnmatch.fnmatch(os.path.abspath(os.fsdecode(path)), pattern)
 
 
-def filling_open(real_open, pattern: str, room: int = ROOM):
-    """``open`` whose files matching ``pattern``, opened for writing, fill up after ``room`` bytes."""
+def _first_time(marker: str | None) -> bool:
+    """True once per marker file (created atomically); always True without a marker."""
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return True
+    except FileExistsError:
+        return False
+
+
+def filling_open(real_open, pattern: str, room: int = ROOM, once: str | None = None):
+    """``open`` whose files matching ``pattern``, opened for writing, fill up after ``room`` bytes
+    (only the first such file when ``once`` names a marker file)."""
 
     def open_(file, mode="r", *args, **kwargs):
         f = real_open(file, mode, *args, **kwargs)
-        if any(c in mode for c in "wax+") and _matches(file, pattern):
+        if any(c in mode for c in "wax+") and _matches(file, pattern) and _first_time(once):
             return FillingFile(f, room)
         return f
 
@@ -88,7 +103,8 @@ def holding_replace(real_replace, pattern: str, flag: str):
 
 if __name__ == "sitecustomize":
     if os.environ.get("SYNTHAUDIT_FAULT_ENOSPC"):
-        builtins.open = io.open = filling_open(io.open, os.environ["SYNTHAUDIT_FAULT_ENOSPC"])
+        builtins.open = io.open = filling_open(io.open, os.environ["SYNTHAUDIT_FAULT_ENOSPC"],
+                                               once=os.environ.get("SYNTHAUDIT_FAULT_ONCE"))
     if os.environ.get("SYNTHAUDIT_FAULT_HOLD"):
         os.replace = holding_replace(os.replace, os.environ["SYNTHAUDIT_FAULT_HOLD"],
                                      os.environ["SYNTHAUDIT_FAULT_HOLD_FLAG"])
