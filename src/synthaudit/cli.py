@@ -23,17 +23,15 @@ def _validate(args) -> int:
     except ParamsError as e:
         print(e, file=sys.stderr)
         return 2
-    from .config import resolve_datasets, with_sweep
-    from .sources import SourceError, plan_dataset
+    from .workflow_plan import PlanError, WorkflowPlan
 
     try:  # as the workflow does: training_from entries read their training side from the named dataset
-        for name, ds in resolve_datasets(with_sweep(params)).items():
-            p = plan_dataset(name, ds)
-            print(f"{name}: {len(p.train)} training, {len(p.heldout)} held-out, "
-                  f"{len(p.synthetic)} synthetic volumes")
-    except SourceError as e:
+        plans = WorkflowPlan(params).plans
+    except PlanError as e:
         print(e, file=sys.stderr)
         return 2
+    for name, p in plans.items():
+        print(f"{name}: {len(p.train)} training, {len(p.heldout)} held-out, {len(p.synthetic)} synthetic volumes")
     print(f"{args.params}: valid")
     return 0
 
@@ -94,7 +92,8 @@ def _where(args) -> int:
             print("\n".join("  " + line for line in verdict_lines(v)))
     from .resources import version
 
-    made_by = json.loads(metrics.read_text()).get("synthaudit", {}) if metrics.is_file() else {}
+    data = json.loads(metrics.read_text()) if metrics.is_file() else {}
+    made_by = data.pop("synthaudit", {})  # the provenance entry; the rest: one entry per dataset
     print(f"\nsynthaudit results (synthaudit {version()}"
           + (f"; metrics written by {made_by['version']}, params SHA-256 {made_by.get('params_sha256', '?')[:16]}"
              if made_by.get("version") else "") + ")")
@@ -111,7 +110,6 @@ def _where(args) -> int:
     print(f"  metrics:            {metrics.relative_to(root)}")
     print("  report:             results/report.html")
     if metrics.is_file():
-        data = read_metrics(metrics)
         for d, per in data.items():
             for m, e in per.items():
                 if "balanced_accuracy" in e:

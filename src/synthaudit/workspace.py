@@ -865,16 +865,14 @@ def _check_as_the_workflow_will(folder: Path) -> None:
     (paths in params.yaml are relative to the workspace, where Snakemake runs)."""
     import os
 
-    from .config import ParamsError, load_params, resolve_datasets, with_sweep
-    from .sources import SourceError, plan_dataset
+    from .config import ParamsError, load_params
+    from .workflow_plan import PlanError, WorkflowPlan
 
     here = os.getcwd()
     os.chdir(folder)
     try:
-        params = load_params("params.yaml")
-        for name, ds in resolve_datasets(with_sweep(params)).items():
-            plan_dataset(name, ds)
-    except (SourceError, ParamsError) as e:
+        WorkflowPlan(load_params("params.yaml"))
+    except (PlanError, ParamsError) as e:
         raise WorkspaceError(str(e)) from None
     finally:
         os.chdir(here)
