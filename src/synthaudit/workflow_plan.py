@@ -17,6 +17,7 @@ from pathlib import Path
 from . import registry
 from .config import ParamsError, resolve_datasets, validate_params, with_sweep
 from .privacy.data import PrivacyDataError, check_patients, patient_split
+from .relict import search as relict_search
 from .relict import shards as relict_shards
 from .sources import DatasetPlan, SourceError, generator_training_subset, plan_dataset
 
@@ -118,6 +119,20 @@ class WorkflowPlan:
                                if m in self.heldout_measures.get(self.training_of[d], [])] for d in self.datasets}
         self.copies_datasets = [d for d in self.reviewed_datasets if self.calibrated[d]]
 
+        # shortlist search (relict.search): one mode per training set, so that a dataset's
+        # synthetic volumes and its held-out null are searched alike
+        self.search = {**relict_search.DEFAULTS, **(config["relict"].get("search") or {})}
+        self.n_closest = int(config["relict"]["n_closest"])
+        self.search_mode = {}
+        for b in sorted(set(self.training_of.values())):
+            users = [d for d in self.datasets if self.training_of[d] == b]
+            n_train = len(self.plans[b].train)
+            queries = max([len(self.plans[d].synthetic) for d in users] or [0]) + len(self.plans[b].heldout)
+            self.search_mode[b] = relict_search.choose_mode(queries, n_train, self.search)
+        self.shortlist_k = {b: relict_search.shortlist_size(self.n_closest, max(1, len(self.plans[b].train)),
+                                                            float(self.search["shortlist"]["factor"]))
+                            for b in self.search_mode}
+
         # generative-model recall: held-out distances computed once per training set
         self.recall = config["relict"]["recall"]
         self.recall_datasets = [d for d in self.datasets
@@ -208,6 +223,19 @@ class WorkflowPlan:
         if seg["source"] == "nnunet" and seg["nnunet"]["predictions"]:
             return all(Path(seg["nnunet"]["predictions"], f"{s.id}.nii.gz").is_file() for s in heldout)
         return True  # unet, or an nnU-Net command: they label the held-out scans too
+
+    def shortlisted(self, dataset: str) -> bool:
+        """Whether the dataset's training set is searched by shortlist (relict.search)."""
+        return self.search_mode.get(self.training_of[dataset]) == "shortlist"
+
+    def shortlist_file(self, dataset: str, role: str, measure: str | None = None) -> list[str]:
+        """The shortlist of the dataset's synthetic volumes or (role heldout) of its training set's
+        held-out scans; [] when searched exhaustively or the measure is not shortlisted."""
+        if not self.shortlisted(dataset) or (measure is not None and not relict_search.is_shortlisted(measure)):
+            return []
+        if role == "heldout":
+            return [f"results/relict/{self.training_of[dataset]}/shortlist/heldout.npz"]
+        return [f"results/relict/{dataset}/shortlist/synthetic.npz"]
 
     def heldout_matrix(self, dataset: str, measure: str):
         """The held-out scans' distances to the training set for this measure ([] when not calibrated)."""

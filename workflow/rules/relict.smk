@@ -5,12 +5,45 @@
 # shards' benchmark files together give Table 2's runtimes.
 
 
+# Shortlist search (params relict.search; synthaudit.relict.search): above a pair count, each
+# synthetic volume (and held-out scan) keeps its K nearest training volumes by block means, and
+# the image-level measures run on those pairs and on a seeded sample of whole rows only.
+rule relict_shortlist:
+    input:
+        queries=lambda wc: (
+            synthetic_images(wc.dataset) if wc.role == "synthetic" else preprocessed_images(wc.dataset, role="heldout")
+        ),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        grid=grid_json,
+    output:
+        "results/relict/{dataset}/shortlist/{role}.npz",
+    log:
+        "logs/relict_shortlist/{dataset}/{role}.log",
+    benchmark:
+        "benchmarks/relict_shortlist/{dataset}/{role}.tsv"
+    wildcard_constraints:
+        role="synthetic|heldout",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=4000,
+    params:
+        query_ids=lambda wc: [v.id for v in (plan(wc).synthetic if wc.role == "synthetic" else plan(wc).heldout)],
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        k=lambda wc: PLAN.shortlist_k[TRAINING_OF[wc.dataset]],
+        search=PLAN.search,
+    script:
+        "../scripts/relict_shortlist.py"
+
+
 rule relict_measure:
     input:
         synthetic=lambda wc: shard_of(wc, synthetic_images(wc.dataset), "synthetic"),
         training=lambda wc: shard_of(wc, preprocessed_images(wc.dataset, role="train"), "training"),
         training_qc=training_qc,
         grid=grid_json,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "synthetic", wc.measure),
     output:
         temp("results/relict/{dataset}/shards/{measure}/{shard}.npz"),
     log:
@@ -143,6 +176,7 @@ use rule relict_measure as relict_heldout_measure with:
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
         training_qc=training_qc,
         grid=grid_json,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "heldout", wc.measure),
     output:
         "results/relict/{dataset}/heldout/{measure}.npz",
     log:
@@ -219,9 +253,14 @@ rule relict_ratio:
     input:
         measure="results/relict/{dataset}/measures/{measure}.npz",
         heldout=heldout_matrix,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "synthetic", wc.measure),
+        heldout_shortlist=lambda wc: (
+            PLAN.shortlist_file(wc.dataset, "heldout", wc.measure) if heldout_matrix(wc) else []
+        ),
     output:
         ranking="results/relict/{dataset}/ranking_{measure}.tsv",
         null="results/relict/{dataset}/calibration/{measure}.tsv",
+        search="results/relict/{dataset}/search/{measure}.json",
     log:
         "logs/relict_ratio/{dataset}/{measure}.log",
     conda:
@@ -232,6 +271,7 @@ rule relict_ratio:
     params:
         n_closest=config["relict"]["n_closest"],
         rate=CALIBRATION["rate"],
+        min_recall=PLAN.search["recall"]["min_recall"],
         heldout_patients=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].heldout},
         source_patients=heldout_source_patients,
     script:
@@ -289,6 +329,8 @@ rule relict_metrics:
     input:
         evaluations=[f"results/relict/{d}/evaluation.json" for d in RATED_DATASETS],
         rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in DATASETS for m in MEASURES_BY_DS[d]],
+        # how each measure was searched, and the recall of the shortlist (relict.search)
+        searches=[f"results/relict/{d}/search/{m}.json" for d in DATASETS for m in MEASURES_BY_DS[d]],
         # each dataset's embeddings name the extractor and the pooling grid used on its grid
         features=[f"results/relict/features/{d}/synthetic.npz" for d in FEATURE_DATASETS],
         augmentation=[f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],

@@ -17,6 +17,7 @@ OPTIONAL_KEYS = ("balanced_accuracy_any_threshold",)
 with logged(snakemake.log[0]) as log:
     evaluations = {d: json.loads(open(p).read()) for d, p in zip(snakemake.params.rated, snakemake.input.evaluations)}
     rankings = iter(snakemake.input.rankings)
+    searches = iter(snakemake.input.searches)
     augmentation = {d: json.loads(open(p).read())
                     for d, p in zip(snakemake.params.augmented, snakemake.input.augmentation)}
     embedding_meta = {d: load_embeddings(f)[2] for d, f in zip(snakemake.params.feature_datasets,
@@ -29,6 +30,19 @@ with logged(snakemake.log[0]) as log:
             rows = read_ranking(next(rankings))
             e = {"level": registry.get(m).level, "n_closest_used": rows[0]["n_used"],
                  "min_score": min(r["score"] for r in rows)}
+            found = json.loads(open(next(searches)).read())  # relict.search: how the pairs were searched
+            e["search_mode"] = found["mode"]
+            e["search_pairs_fraction"] = found["pairs_fraction"]
+            e["search_recall_top_n"] = found["recall_top_n"]
+            if found["mode"] == "shortlist":  # measured on the rows also searched exhaustively
+                e["search_n_sampled"] = found["n_sampled"]
+                e["search_min_recall"] = found["min_recall"]
+                e["search_max_ratio_error"] = found["max_ratio_error"]
+                if found.get("heldout"):
+                    e["search_heldout_recall_top_n"] = found["heldout"]["recall_top_n"]
+                if found.get("calls_changed") is not None:
+                    e["search_calls_changed"] = found["calls_changed"]
+                e["search_recall_ok"] = found["recall_ok"]
             called = [r["calibrated_replica"] for r in rows if r["calibrated_replica"] is not None]
             if called:  # held-out-calibrated calls (relict.calibration)
                 e["calibrated_n_called"] = int(sum(called))

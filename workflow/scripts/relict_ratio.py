@@ -10,10 +10,10 @@ held-out scans' own leave-patient-out rates.
 
 import numpy as np
 
-from synthaudit.io import write_tsv
+from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit import registry
-from synthaudit.relict import calibration, matrix, ranking
+from synthaudit.relict import calibration, matrix, ranking, search
 from synthaudit.relict.ratio import distance_ratio
 
 with logged(snakemake.log[0]) as log:
@@ -53,6 +53,37 @@ with logged(snakemake.log[0]) as log:
         log.info("%s: %d of %d synthetic volumes called replicas at a false-positive rate of %.3f "
                  "(%d held-out scans; %d of them called when left out)", measure, int(calls["called"].sum()),
                  len(rows), rate, len(held_ids), int(check["called"].sum()))
+    # how the pairs were searched, and (shortlist) the recall measured on the sampled rows
+    shortlist = (search.aligned_to(search.Shortlist.load(snakemake.input.shortlist[0]), mat.synthetic_ids,
+                                   training_ids, snakemake.input.measure) if snakemake.input.shortlist else None)
+    heldout = calls = None
+    if snakemake.input.heldout:
+        held_shortlist = (search.aligned_to(search.Shortlist.load(snakemake.input.heldout_shortlist[0]), held_ids,
+                                            training_ids, snakemake.input.heldout)
+                          if snakemake.input.heldout_shortlist else None)
+        heldout = (held.distances, held_shortlist)
+        held_patients = [patients[i] for i in held_ids]
+        held_closest = [training_ids[j] for j in ratio.closest]
+        syn_sources = [sources.get(i) for i in mat.synthetic_ids]
+
+        def calls(syn_scores, null_scores):
+            null_ = calibration.Null(held_ids, held_patients, null_scores, held_closest)
+            return calibration.calibrate(np.asarray(syn_scores), null_, rate, syn_sources)["called"]
+    report = search.search_report(
+        mat.distances, shortlist, measure, snakemake.params.n_closest,
+        scores=(lambda r, c: r) if use_ratio else (lambda r, c: c), heldout=heldout, calls=calls,
+        min_recall=snakemake.params.min_recall, ids=mat.synthetic_ids)
+    write_json(snakemake.output.search, report)
+    if report["mode"] == "shortlist":
+        log.info("%s: shortlist search computed %d of %d pairs (%.1f %%); on %d volumes searched exhaustively the "
+                 "recall of the exact %d closest is %.4f (lowest %.4f), the largest ratio error %.3g, calls changed: %s",
+                 measure, report["pairs_computed"], report["pairs_total"], 100 * report["pairs_fraction"],
+                 report["n_sampled"], result.n_used, report["recall_top_n"] or float("nan"),
+                 report["min_recall"] or float("nan"), report["max_ratio_error"] or 0.0, report["calls_changed"])
+        if not report["recall_ok"]:
+            log.warning("%s: the shortlist's recall is below relict.search.recall.min_recall %.4g: raise "
+                        "relict.search.shortlist.factor or search exhaustively (relict.search.mode)", measure,
+                        snakemake.params.min_recall)
     ranking.write_ranking(snakemake.output.ranking, rows, with_transform=aligned)
     write_tsv(snakemake.output.null, null_rows, calibration.NULL_COLUMNS)
     log.info("%s: ranked %d synthetic volumes by %s (n=%d); most likely replica %s (score %.4f)", measure,

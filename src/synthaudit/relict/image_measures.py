@@ -127,6 +127,7 @@ def all_pairs_image_measures(
     n_training: int | None = None,
     progress: Callable[[int, int | None], None] | None = None,
     backend: str = "auto",
+    pairs: np.ndarray | None = None,
 ) -> dict[str, np.ndarray]:
     """Compute image-level measures between every synthetic and training volume.
 
@@ -169,6 +170,11 @@ def all_pairs_image_measures(
         backend: ``"kernels"`` (fused numba loops, CPU only), ``"torch"`` (tensor
             operations, any device) or ``"auto"``: kernels on CPU, torch on CUDA. Both
             give the same values to float32 rounding.
+        pairs: Optional (S, T) boolean mask: only these pairs are computed (the
+            shortlist search, :mod:`.search`), the others are NaN. A wanted pair's value
+            is the one the full computation gives: bit for bit with the CPU kernels
+            (they skip work, they do not reorder it), to float rounding (1e-9) with the
+            torch backend (its batches differ). None: every pair.
 
     Returns:
         For each requested measure, an (S, T) float64 array of raw values (MAE and
@@ -182,12 +188,18 @@ def all_pairs_image_measures(
     wanted = _check_measures(measures)
     fused = [m for m in wanted if m in FUSED]
     pairwise = {m: _registered_function(m) for m in wanted if m not in FUSED}
+    total = n_training if n_training is not None else _length(training)
+    if pairs is not None:
+        pairs = np.asarray(pairs, dtype=bool)
+        n_syn = len(synthetic)
+        if pairs.ndim != 2 or pairs.shape[0] != n_syn or (total is not None and pairs.shape[1] != total):
+            raise ValueError(f"pairs has shape {pairs.shape}, expected ({n_syn}, {total}) (synthetic x training)")
     settings = dict(data_range=data_range, ssim_sigma=ssim_sigma, ssim_truncate=ssim_truncate,
                     use_sample_covariance=use_sample_covariance, device=device, batch_size=batch_size,
-                    max_memory_mb=max_memory_mb, threads=threads, backend=backend)
-    total = n_training if n_training is not None else _length(training)
+                    max_memory_mb=max_memory_mb, threads=threads, backend=backend, pairs=pairs)
     if not pairwise:
-        return _fused_all_pairs(synthetic, training, fused, n_training=total, progress=progress, **settings)
+        return _masked(_fused_all_pairs(synthetic, training, fused, n_training=total, progress=progress, **settings),
+                       pairs)
     synthetic = _float32_array(synthetic)
     if synthetic.ndim != 4:
         raise ValueError(f"synthetic must have shape (S, X, Y, Z), got {synthetic.shape}")
@@ -200,8 +212,13 @@ def all_pairs_image_measures(
             if target.shape != synthetic.shape[1:]:
                 raise ValueError(f"training volume {index} has shape {target.shape}; the synthetic volumes have "
                                  f"{synthetic.shape[1:]}")
+            rows = np.arange(len(synthetic)) if pairs is None else np.flatnonzero(pairs[:, index])
             for m, function in pairwise.items():
-                columns[m].append(np.asarray(function(synthetic, target), dtype=np.float64))
+                column = np.full(len(synthetic), np.nan)
+                if len(rows):
+                    column[rows] = np.asarray(function(synthetic[rows] if pairs is not None else synthetic, target),
+                                              dtype=np.float64)
+                columns[m].append(column)
             yield target
 
     if fused:
@@ -213,7 +230,15 @@ def all_pairs_image_measures(
                 progress(done, total)
     for m in pairwise:
         out[m] = np.stack(columns[m], axis=1) if columns[m] else np.empty((len(synthetic), 0))
-    return {m: out[m] for m in wanted}
+    return _masked({m: out[m] for m in wanted}, pairs)
+
+
+def _masked(values: dict[str, np.ndarray], pairs: np.ndarray | None) -> dict[str, np.ndarray]:
+    """NaN for every pair the mask did not ask for: a value never computed is never read as one."""
+    if pairs is not None:
+        for array in values.values():
+            array[~pairs] = np.nan
+    return values
 
 
 def _registered_function(measure: str):
@@ -228,7 +253,7 @@ def _registered_function(measure: str):
 def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, data_range: float,
                      ssim_sigma: float, ssim_truncate: float, use_sample_covariance: bool, device,
                      batch_size: int | None, max_memory_mb: float, threads: int | None, n_training: int | None,
-                     progress, backend: str) -> dict[str, np.ndarray]:
+                     progress, backend: str, pairs: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """MAE, RMSE and SSIM in the fused passes (arguments as :func:`all_pairs_image_measures`)."""
     wanted = list(wanted)
     synthetic = _float32_array(synthetic)
@@ -250,7 +275,7 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
     if backend == "kernels" or (backend == "auto" and kind == "cpu"):
         return _cpu_all_pairs(synthetic, training, wanted, data_range=data_range, ssim_sigma=ssim_sigma,
                               ssim_truncate=ssim_truncate, use_sample_covariance=use_sample_covariance,
-                              threads=threads, total=total, progress=progress)
+                              threads=threads, total=total, progress=progress, pairs=pairs)
 
     dev = resolve_device(device)
     with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
@@ -271,9 +296,14 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
         for done, volume in enumerate(training, start=1):
             target = _as_volume(volume, shape, done - 1, dev)
             target_moments = ssim.moments(target[None]) if ssim else None
-            column = {m: torch.empty(n_synthetic, dtype=torch.float64, device=dev) for m in wanted}
-            for start in range(0, n_synthetic, batch_size):
-                batch = slice(start, start + batch_size)
+            column = {m: torch.full((n_synthetic,), math.nan, dtype=torch.float64, device=dev) for m in wanted}
+            # the shortlist search: only the rows that want this training volume
+            needed = (torch.arange(n_synthetic, device=dev) if pairs is None
+                      else torch.from_numpy(np.flatnonzero(pairs[:, done - 1])).to(dev))
+            for start in range(0, len(needed), batch_size):
+                batch = needed[start:start + batch_size]
+                if pairs is None:
+                    batch = slice(start, start + batch_size)
                 if errors:
                     abs_sum, sq_sum = _error_sums(syn[batch], target, rows, workspace)
                     if "mae" in column:
@@ -292,7 +322,7 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
 
 def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_range: float, ssim_sigma: float,
                    ssim_truncate: float, use_sample_covariance: bool, threads: int | None, total: int | None,
-                   progress) -> dict[str, np.ndarray]:
+                   progress, pairs: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """CPU path: fused numba kernels over blocks of training volumes (see ``kernels``).
 
     Training volumes are gathered into blocks so that each synthetic voxel is read
@@ -327,9 +357,10 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
             volumes = buffer[:len(block)]
             for i, volume in enumerate(block):
                 _copy_volume(volume, volumes[i], done + i)
+            wanted_pairs = None if pairs is None else pairs[:, done:done + len(volumes)]
             if errors:
                 abs_sum, sq_sum = kernels.error_sums(flat, volumes.reshape(len(volumes), n_voxels),
-                                                     squares="rmse" in columns)
+                                                     squares="rmse" in columns, pairs=wanted_pairs)
                 if "mae" in columns:
                     columns["mae"].append(abs_sum / n_voxels)
                 if "rmse" in columns:
@@ -337,7 +368,7 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
             if ssim:
                 train_maps = ssim.moments(torch.from_numpy(volumes), out=train_buffer).arrays()
                 sums = np.zeros((n_synthetic, len(volumes)))
-                kernels.ssim_sums(*syn_maps, *train_maps, weights, ssim.c1, ssim.c2 / ssim.k, sums)
+                kernels.ssim_sums(*syn_maps, *train_maps, weights, ssim.c1, ssim.c2 / ssim.k, sums, wanted_pairs)
                 columns["ssim"].append(sums / n_inner)
             for _ in block:
                 done += 1

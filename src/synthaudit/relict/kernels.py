@@ -53,7 +53,8 @@ def kernel_threads(threads: int | None) -> Iterator[None]:
 
 
 def error_sums(synthetic: np.ndarray, training: np.ndarray, chunk: int = ERROR_CHUNK,
-               parts: int | None = None, squares: bool = True) -> tuple[np.ndarray, np.ndarray]:
+               parts: int | None = None, squares: bool = True,
+               pairs: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``sum |s - t|`` and ``sum (s - t)^2`` of every (synthetic, training) row pair, float64.
 
     The voxels are split into ``parts`` contiguous ranges (default: 4 per thread) that
@@ -70,21 +71,32 @@ def error_sums(synthetic: np.ndarray, training: np.ndarray, chunk: int = ERROR_C
         parts: Voxel ranges summed separately (fixed for reproducible sums).
         squares: Also sum the squares (False: MAE only, ~1/3 less arithmetic; the
             second array is then zeros).
+        pairs: Optional (S, T) mask of the pairs wanted (the shortlist search,
+            ``relict.search``); a group of four training volumes is skipped for a
+            synthetic volume that wants none of them. Pairs not wanted hold 0 or a
+            value; the caller discards them. None: every pair.
     """
     n_vox, n_train = synthetic.shape[1], training.shape[0]
+    if pairs is None:
+        pairs = np.ones((synthetic.shape[0], n_train), np.uint8)
+    pairs = np.ascontiguousarray(pairs, dtype=np.uint8)
+    if pairs.shape != (synthetic.shape[0], n_train):
+        raise ValueError(f"pairs has shape {pairs.shape}, expected {(synthetic.shape[0], n_train)}")
     if n_train % 4:
         # Pad to whole groups of four: every pair then goes through the same (vectorised)
         # code path, so its value does not depend on its position in the block, i.e. on
         # how the training set is sharded or blocked.
         padded = np.zeros((n_train + 4 - n_train % 4, n_vox), training.dtype)
         padded[:n_train] = training
-        abs_sum, sq_sum = error_sums(synthetic, padded, chunk, parts, squares)
+        wanted = np.zeros((synthetic.shape[0], padded.shape[0]), np.uint8)
+        wanted[:, :n_train] = pairs
+        abs_sum, sq_sum = error_sums(synthetic, padded, chunk, parts, squares, wanted)
         return abs_sum[:, :n_train], sq_sum[:, :n_train]
     if parts is None:
         parts = max(1, min(16, n_vox // chunk))
     abs_parts = np.zeros((parts, synthetic.shape[0], training.shape[0]))
     sq_parts = np.zeros_like(abs_parts)
-    _error_parts(synthetic, training, abs_parts, sq_parts, chunk, squares)
+    _error_parts(synthetic, training, abs_parts, sq_parts, chunk, squares, pairs)
     return abs_parts.sum(axis=0), sq_parts.sum(axis=0)
 
 
@@ -133,7 +145,7 @@ def _quad_abs_sq(x, b0, b1, b2, b3):  # pragma: no cover - compiled
 
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
-def _error_parts(synthetic, training, abs_out, sq_out, chunk, squares):  # pragma: no cover - compiled
+def _error_parts(synthetic, training, abs_out, sq_out, chunk, squares, pairs):  # pragma: no cover - compiled
     """Voxel range ``p`` of the parts in parallel; within it, cache-sized chunks."""
     n_parts = abs_out.shape[0]
     n_syn, n_vox = synthetic.shape
@@ -147,6 +159,8 @@ def _error_parts(synthetic, training, abs_out, sq_out, chunk, squares):  # pragm
             for s in range(n_syn):
                 x = synthetic[s, v0:v1]
                 for t in range(0, n_quad, 4):
+                    if pairs[s, t] + pairs[s, t + 1] + pairs[s, t + 2] + pairs[s, t + 3] == 0:
+                        continue
                     b0, b1 = training[t, v0:v1], training[t + 1, v0:v1]
                     b2, b3 = training[t + 2, v0:v1], training[t + 3, v0:v1]
                     if squares:
@@ -162,7 +176,7 @@ def _error_parts(synthetic, training, abs_out, sq_out, chunk, squares):  # pragm
 
 def ssim_sums(x_shifted, x_cross, x_mean, x_alpha, x_beta,
               y_shifted, y_cross, y_mean, y_alpha, y_beta,
-              weights, c1, c2k, out) -> None:
+              weights, c1, c2k, out, pairs=None) -> None:
     """Add the sum over the interior of the SSIM map of every (x, y) pair to ``out``.
 
     Dispatches to :func:`_ssim_sums_11` for the 11-tap window of skimage's default
@@ -170,14 +184,21 @@ def ssim_sums(x_shifted, x_cross, x_mean, x_alpha, x_beta,
     long vectorised loop, and to :func:`_ssim_sums_generic` for other windows. The two
     filter in a different order and form B1 differently (float32 rounding apart, the
     same sums: 1e-6 relative in the tests). Arguments as :func:`_ssim_sums_generic`;
-    the 11-tap path does not read the ``alpha`` maps.
+    the 11-tap path does not read the ``alpha`` maps. ``pairs``: optional (S, T) mask
+    of the pairs to compute (the shortlist search); the others are left as they are.
     """
+    if pairs is None:
+        pairs = np.ones(out.shape, np.uint8)
+    pairs = np.ascontiguousarray(pairs, dtype=np.uint8)
+    if pairs.shape != out.shape:
+        raise ValueError(f"pairs has shape {pairs.shape}, expected {out.shape}")
     if weights.shape[0] == 11 and all(a.flags.c_contiguous for a in (x_shifted, y_shifted)):
         taps = tuple(np.float32(w) for w in weights)
-        _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean, y_beta, taps, c1, c2k, out)
+        _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean, y_beta, taps, c1, c2k, out,
+                      pairs)
     else:
         _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta, y_shifted, y_cross, y_mean, y_alpha,
-                           y_beta, weights, c1, c2k, out)
+                           y_beta, weights, c1, c2k, out, pairs)
 
 
 @njit(fastmath=True, cache=True, inline="always", error_model="numpy")
@@ -232,7 +253,7 @@ def _ssim_terms(q, xc, yc, xm, ym, xb, yb, c1f, c2f):  # pragma: no cover - comp
 
 @njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
 def _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean, y_beta,
-                  w, c1, c2k, out):  # pragma: no cover - compiled
+                  w, c1, c2k, out, pairs):  # pragma: no cover - compiled
     """:func:`_ssim_sums_generic` for 11 taps (``w`` a tuple of 11 float32), passes as flat loops.
 
     Schedule, per synthetic volume (parallel) and input plane ``p``, for each training
@@ -267,6 +288,8 @@ def _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean
         for p in range(nx):
             xp = x[p * n1:(p + 1) * n1]
             for t in range(n_train):
+                if pairs[s, t] == 0:
+                    continue
                 yp = y_shifted[t].ravel()[p * n1:(p + 1) * n1]
                 for v in range(n1):
                     product[v] = xp[v] * yp[v]
@@ -286,7 +309,7 @@ def _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean
 @njit(parallel=True, fastmath=True, cache=True, nogil=True)
 def _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta,
                        y_shifted, y_cross, y_mean, y_alpha, y_beta,
-                       weights, c1, c2k, out):  # pragma: no cover - compiled
+                       weights, c1, c2k, out, pairs):  # pragma: no cover - compiled
     """Add the sum over the interior of the SSIM map of every (x, y) pair to ``out`` (any window).
 
     Per voxel: ``(2 mu_x mu_y + C1) (G'(x~ y~) - cross_x cross_y + C2/k) /
@@ -313,6 +336,8 @@ def _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta,
         p3 = np.empty(oz, np.float32)
         for i in range(ox):
             for t in range(n_train):
+                if pairs[s, t] == 0:
+                    continue
                 # pass 1 (first axis): weighted sum of the products of 2r+1 planes
                 w = weights[0]
                 for j in range(ny):

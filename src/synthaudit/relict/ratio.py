@@ -52,8 +52,9 @@ def distance_ratio(distances: np.ndarray, n: int, *, warn: Callable[[str], None]
         The per-volume ratios and their ingredients.
 
     Raises:
-        ValueError: If n < 1, the matrix is not 2D, has no training column, or
-            contains NaN.
+        ValueError: If n < 1, the matrix is not 2D, has no training column,
+            contains NaN, or a row has fewer than n finite distances (+inf: a pair
+            the shortlist search did not compute).
     """
     d = np.asarray(distances, dtype=np.float64)
     if d.ndim != 2:
@@ -65,6 +66,14 @@ def distance_ratio(distances: np.ndarray, n: int, *, warn: Callable[[str], None]
         raise ValueError("distances has no training volumes")
     if np.isnan(d).any():
         raise ValueError(f"distances contain {int(np.isnan(d).sum())} NaN value(s)")
+    if np.isinf(d).any():
+        # +inf marks a pair the shortlist search did not compute (relict.search): the n
+        # closest must all be computed, or the mean would be infinite and the ratio 0
+        short = np.flatnonzero(np.isfinite(d).sum(axis=1) < min(n, n_training))
+        if len(short):
+            raise ValueError(f"{len(short)} row(s) have fewer than n={min(n, n_training)} computed distances "
+                             f"(row {int(short[0])}: {int(np.isfinite(d[short[0]]).sum())}); the shortlist must "
+                             "hold at least n candidates (relict.search.shortlist.factor >= 1)")
     if n > n_training:
         message = (f"n_closest={n} exceeds the number of training volumes ({n_training}); "
                    f"using n={n_training}, i.e. the ratio compares with the whole training set")

@@ -43,6 +43,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
         if threshold is not None:  # RELICT: replica when the score is at or below the tuned threshold
             e["rating_tuned_calls"] = sum(r["score"] <= threshold for r in rows)
             e["threshold"] = threshold
+        found = base / "search" / f"{m}.json"
+        if found.is_file():  # relict.search: shortlisted pairs, and the recall measured in this run
+            e["search"] = {k: v for k, v in json.loads(found.read_text()).items() if k != "rows"}
         out["measures"][m] = e
     warnings = Path(root) / WARNINGS_FILE
     if warnings.is_file():  # what init accepted with a warning qualifies the answer (an empty sample's "replica")
@@ -92,6 +95,7 @@ def verdict_lines(v: dict) -> list[str]:
         lines.append("  augmented copies (flipped, shifted, rotated) were not searched: relict.alignment is off "
                      f"for {v['dataset']} (add it to relict.alignment.datasets); a generator trained with such "
                      "augmentations can emit copies these measures miss")
+    lines += search_lines({m: e["search"] for m, e in v["measures"].items() if "search" in e})
     first = next(iter(v["measures"]))
     top = ", ".join(f"{s} ~ {t} ({score:.3g})" for s, t, score in v["measures"][first]["most_likely"])
     lines.append(f"  most likely replicas ({first}): {top}")
@@ -103,3 +107,32 @@ def verdict_lines(v: dict) -> list[str]:
         if len(warned) > 8:
             lines.append(f"    ... and {len(warned) - 8} more")
     return lines
+
+
+def search_lines(searches: dict[str, dict]) -> list[str]:
+    """The shortlist search's line (relict.search), and a warning where its measured recall is too low."""
+    searched = {m: x for m, x in searches.items() if x.get("mode") == "shortlist"}
+    if not searched:
+        return []
+    x = next(iter(searched.values()))
+    fractions = [100 * s["pairs_fraction"] for s in searched.values()]
+    head = (f"  shortlist search (relict.search): {', '.join(searched)} on {x['k']} candidates per volume, "
+            f"{_span(fractions)} % of the pairs computed; ")
+    recalls = [s["recall_top_n"] for s in searched.values()]
+    if any(r is None for r in recalls):
+        return [head + "no volume was searched exhaustively (relict.search.recall.sample is 0), so its recall "
+                "was not measured"]
+    changed = [s["calls_changed"] for s in searched.values() if s.get("calls_changed") is not None]
+    lines = [head + f"on {x['n_sampled']} volumes also searched exhaustively, the recall of the exact n closest "
+             f"is {min(recalls):.4f} or more" + (f", calls changed: {sum(changed)}" if changed else "")]
+    low = [m for m, s in searched.items() if not s["recall_ok"]]
+    if low:
+        lines.append(f"    WARNING: recall below {x['min_recall_threshold']:g} for {', '.join(low)}: the shortlist "
+                     "missed close training volumes; raise relict.search.shortlist.factor or set "
+                     "relict.search.mode: exhaustive")
+    return lines
+
+
+def _span(values: list[float]) -> str:
+    low, high = f"{min(values):.1f}", f"{max(values):.1f}"
+    return low if low == high else f"{low}-{high}"

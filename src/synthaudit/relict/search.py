@@ -1,0 +1,382 @@
+"""Shortlist search: RELICT's exact measures on candidate pairs only, with its recall measured.
+
+Why: every RELICT measure compares every synthetic volume with every training volume,
+but the distance ratio reads only the n closest training volumes of each synthetic
+volume (and the segmentation level only the closest). At the sizes of today's
+generators (10^4 training x 10^3-10^4 samples) the exhaustive pass costs hundreds of
+core-hours per measure. The field's answer to nearest-neighbour work at that size
+(FAISS; the k-means buckets of NeMo Curator's and SSCD's deduplication) is to embed
+every item once, shortlist candidates with a cheap k-NN, and compute the expensive
+comparison within the shortlist only.
+
+Here the cheap stage is the **block means** of every registered volume: the mean over
+blocks of about ``block_mm`` (12 mm: 2,000-3,000 numbers for a head at 1 mm), compared
+by squared distance, exactly, as one matrix product per chunk of queries. Measures blind
+to a linear intensity change (NCC) use block means standardised per volume; the
+segmentation level uses block means of each class's mask. Each query (a synthetic volume
+or a held-out scan) keeps its ``K`` nearest training volumes, ``K = ceil(factor x n)``
+for the ratio's n (``relict.search.shortlist``), and the exact measure runs on those
+pairs only (``image_measures.all_pairs_image_measures(pairs=...)``; pairs outside the
+shortlist are NaN in the values and +inf in the distances).
+
+A ratio computed on the shortlist equals the exhaustive one whenever the shortlist holds
+the n closest training volumes. That is **measured on every run, not assumed**: a seeded
+sample of queries (``relict.search.recall.sample``) is also compared with every training
+volume, and :func:`recall_check` reports the recall of the exact top n, the largest
+ratio error and how many calibrated calls would change. The exhaustive rows are used in
+the ranking too (they are exact).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..io import atomic_path
+
+MODES = ("auto", "exhaustive", "shortlist")
+# Which block means each measure is shortlisted by: a measure blind to a linear change
+# of intensity (NCC) by per-volume standardised means, the segmentation level by the
+# class masks' means (fraction of each block in each class), every other by raw means.
+STAGE_OF_MEASURE = {"ncc": "standardised", "dice_binary": "labels", "dice_multiclass": "labels",
+                    "asd_binary": "labels", "asd_multiclass": "labels"}
+STAGES = ("raw", "standardised", "labels")
+# params.yaml's relict.search, for params files written before it existed
+DEFAULTS = {"mode": "auto", "auto_above_pairs": 200_000, "shortlist": {"factor": 4, "block_mm": 12.0},
+            "recall": {"sample": 20, "seed": 0, "min_recall": 0.999}}
+# rows of queries per matrix product of the cheap stage (bounds its temporary)
+_CHUNK_ELEMENTS = 32_000_000
+
+
+def stage_of(measure: str) -> str:
+    """The cheap stage that shortlists ``measure`` (base name: ``mae_aligned`` is shortlisted as ``mae``)."""
+    return STAGE_OF_MEASURE.get(measure.removesuffix("_aligned"), "raw")
+
+
+def is_shortlisted(measure: str) -> bool:
+    """Whether a measure is computed on the shortlist in shortlist mode.
+
+    The image level (and its aligned variants) is: it is what costs. The feature level is
+    computed from stored embeddings (a matrix product, seconds at any size) and stays
+    exhaustive; so does the segmentation level for now (Dice and ASD cost 1-2 % of SSIM,
+    docs/benchmarks.md).
+    """
+    from .. import registry
+
+    return registry.get(measure.removesuffix("_aligned")).level == "image"
+
+
+def choose_mode(n_queries: int, n_training: int, cfg: dict) -> str:
+    """``exhaustive`` or ``shortlist`` for one dataset: params' ``mode``, or by pair count when ``auto``.
+
+    ``auto`` searches exhaustively up to ``auto_above_pairs`` pairs (query x training), where
+    the whole pass is cheap and exact by construction, and shortlists above.
+    """
+    mode = cfg.get("mode", "auto")
+    if mode not in MODES:
+        raise ValueError(f"relict.search.mode must be one of {MODES}, got {mode!r}")
+    if mode == "auto":
+        return "shortlist" if n_queries * n_training > int(cfg["auto_above_pairs"]) else "exhaustive"
+    return mode
+
+
+def shortlist_size(n_closest: int, n_training: int, factor: float) -> int:
+    """K, the candidates per query: ``ceil(factor x n)``, at least n, at most the training set."""
+    if factor < 1:
+        raise ValueError(f"relict.search.shortlist.factor must be at least 1 (K >= n keeps the ratio's n), got {factor}")
+    return int(min(n_training, max(n_closest, math.ceil(factor * n_closest))))
+
+
+def block_factors(block_mm: float, spacing_mm: Sequence[float], shape: Sequence[int]) -> tuple[int, ...]:
+    """Voxels per block along each axis: about ``block_mm``, at least 1, at most the axis."""
+    if block_mm <= 0:
+        raise ValueError(f"relict.search.shortlist.block_mm must be positive, got {block_mm}")
+    return tuple(int(min(n, max(1, round(block_mm / float(s))))) for s, n in zip(spacing_mm, shape))
+
+
+def block_means(volume: np.ndarray, factors: Sequence[int]) -> np.ndarray:
+    """Means over blocks of ``factors`` voxels, flattened (float64); a partial last block is its own mean.
+
+    Partial blocks keep the edge of the field of view (cropping them would drop up to a
+    block's width of anatomy on each axis).
+    """
+    v = np.asarray(volume, dtype=np.float64)
+    for axis, f in enumerate(factors):
+        n = v.shape[axis]
+        edges = np.arange(0, n, f)
+        sums = np.add.reduceat(v, edges, axis=axis)
+        counts = np.diff(np.append(edges, n)).astype(np.float64)
+        shape = [1] * v.ndim
+        shape[axis] = len(counts)
+        v = sums / counts.reshape(shape)
+    return v.ravel()
+
+
+def standardised(vector: np.ndarray) -> np.ndarray:
+    """Zero mean, unit length: squared distance then ranks by correlation (NCC's cheap stage)."""
+    v = np.asarray(vector, np.float64) - np.mean(vector)
+    norm = np.linalg.norm(v)
+    return v / norm if norm > 0 else v
+
+
+def label_block_means(labels: np.ndarray, classes: Sequence[int], factors: Sequence[int]) -> np.ndarray:
+    """Per class, the fraction of every block in that class, concatenated (the segmentation level's cheap stage)."""
+    labels = np.asarray(labels)
+    return np.concatenate([block_means(labels == c, factors) for c in classes])
+
+
+def cheap_vectors(volume: np.ndarray, factors: Sequence[int]) -> dict[str, np.ndarray]:
+    """The image stages of one volume: ``raw`` block means and their ``standardised`` form."""
+    raw = block_means(volume, factors)
+    return {"raw": raw, "standardised": standardised(raw)}
+
+
+def nearest(queries: np.ndarray, training: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The k nearest training rows of every query row by squared distance, exactly.
+
+    Ties go to the lower training index (stable sort), so the result does not depend on
+    chunking. Returns (indices, squared distances), each (Q, k), nearest first.
+    """
+    q = np.asarray(queries, np.float64)
+    t = np.asarray(training, np.float64)
+    if q.ndim != 2 or t.ndim != 2 or q.shape[1] != t.shape[1]:
+        raise ValueError(f"queries {q.shape} and training {t.shape} must be (n, d) with the same d")
+    k = min(int(k), len(t))
+    t_sq = np.einsum("ij,ij->i", t, t)
+    rows = max(1, _CHUNK_ELEMENTS // max(1, len(t)))
+    index = np.empty((len(q), k), np.int64)
+    dist = np.empty((len(q), k))
+    for start in range(0, len(q), rows):
+        block = q[start:start + rows]
+        d = np.einsum("ij,ij->i", block, block)[:, None] + t_sq[None, :] - 2.0 * block @ t.T
+        np.maximum(d, 0.0, out=d)
+        order = np.argsort(d, axis=1, kind="stable")[:, :k]
+        index[start:start + len(block)] = order
+        dist[start:start + len(block)] = np.take_along_axis(d, order, axis=1)
+    return index, dist
+
+
+def sample_rows(n_queries: int, n_sample: int, seed: int) -> np.ndarray:
+    """The queries also searched exhaustively: a seeded sample, sorted (all of them when n_sample >= Q)."""
+    if n_sample < 0:
+        raise ValueError(f"relict.search.recall.sample must be at least 0, got {n_sample}")
+    if n_sample >= n_queries:
+        return np.arange(n_queries)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n_queries, size=n_sample, replace=False))
+
+
+@dataclass
+class Shortlist:
+    """Candidates of Q queries among T training volumes, for each cheap stage.
+
+    Attributes:
+        query_ids, training_ids: Row and column ids (the plan's order).
+        candidates: stage -> (Q, K) training indices, nearest first by that stage.
+        sampled: Rows (indices) also compared with every training volume.
+        k: Candidates per query.
+        factors: Block size in voxels per axis; ``block_mm`` the size asked for.
+        seconds: Time of the cheap stage (reading, block means, k-NN).
+    """
+
+    query_ids: list[str]
+    training_ids: list[str]
+    candidates: dict[str, np.ndarray]
+    sampled: np.ndarray
+    k: int
+    factors: tuple[int, ...]
+    block_mm: float
+    seconds: float = 0.0
+
+    def pairs(self, stage: str, rows: slice | None = None, cols: slice | None = None) -> np.ndarray:
+        """The (Q, T) boolean mask of pairs to compute for ``stage``: the candidates, and every pair of a sampled row.
+
+        ``rows``/``cols`` cut it to a shard.
+        """
+        if stage not in self.candidates:
+            raise ValueError(f"the shortlist has no {stage!r} stage (it has {sorted(self.candidates)}): rerun "
+                             "relict_shortlist")
+        mask = self.shortlisted(stage)
+        mask[self.sampled] = True
+        return mask[rows or slice(None), cols or slice(None)]
+
+    def shortlisted(self, stage: str) -> np.ndarray:
+        """The (Q, T) mask of the candidate pairs alone (no sampled rows)."""
+        mask = np.zeros((len(self.query_ids), len(self.training_ids)), bool)
+        cand = self.candidates[stage]
+        mask[np.repeat(np.arange(len(cand)), cand.shape[1]), cand.ravel()] = True
+        return mask
+
+    def save(self, path: str | os.PathLike) -> None:
+        with atomic_path(path) as tmp:
+            np.savez(tmp, query_ids=np.array(self.query_ids), training_ids=np.array(self.training_ids),
+                     sampled=self.sampled, k=self.k, factors=np.array(self.factors), block_mm=self.block_mm,
+                     seconds=self.seconds, stages=np.array(sorted(self.candidates)),
+                     **{f"candidates_{s}": c for s, c in self.candidates.items()})
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> Shortlist:
+        with np.load(path, allow_pickle=False) as d:
+            return cls(query_ids=d["query_ids"].tolist(), training_ids=d["training_ids"].tolist(),
+                       candidates={str(s): d[f"candidates_{s}"] for s in d["stages"].tolist()},
+                       sampled=d["sampled"], k=int(d["k"]), factors=tuple(int(f) for f in d["factors"]),
+                       block_mm=float(d["block_mm"]), seconds=float(d["seconds"]))
+
+
+def build_shortlist(query_ids: Sequence[str], training_ids: Sequence[str],
+                    query_vectors: Callable[[], Iterable[dict[str, np.ndarray]]],
+                    training_vectors: Callable[[], Iterable[dict[str, np.ndarray]]], *, k: int, n_sample: int,
+                    seed: int, factors: Sequence[int], block_mm: float,
+                    progress: Callable[[int, int], None] | None = None) -> Shortlist:
+    """Candidates for every query under every stage the vectors carry (see :func:`cheap_vectors`).
+
+    The vector callables yield one dict of stage -> vector per volume, in id order;
+    training vectors are held in memory (T x d floats: 10,000 x 3,000 at 12 mm on a 1 mm
+    head grid is 240 MB per stage).
+    """
+    import time
+
+    start = time.perf_counter()
+    train: dict[str, list[np.ndarray]] = {}
+    for i, vectors in enumerate(training_vectors()):
+        for stage, v in vectors.items():
+            train.setdefault(stage, []).append(v)
+        if progress is not None:
+            progress(i + 1, len(training_ids) + len(query_ids))
+    queries: dict[str, list[np.ndarray]] = {}
+    for i, vectors in enumerate(query_vectors()):
+        for stage, v in vectors.items():
+            queries.setdefault(stage, []).append(v)
+        if progress is not None:
+            progress(len(training_ids) + i + 1, len(training_ids) + len(query_ids))
+    candidates = {}
+    for stage in train:
+        if len(queries.get(stage, [])) != len(query_ids) or len(train[stage]) != len(training_ids):
+            raise ValueError(f"stage {stage!r}: {len(queries.get(stage, []))} query and {len(train[stage])} "
+                             f"training vectors for {len(query_ids)} queries and {len(training_ids)} training ids")
+        if len(query_ids):
+            candidates[stage] = nearest(np.stack(queries[stage]), np.stack(train[stage]), k)[0]
+        else:
+            candidates[stage] = np.zeros((0, min(k, len(training_ids))), np.int64)
+    return Shortlist(list(map(str, query_ids)), list(map(str, training_ids)), candidates,
+                     sample_rows(len(query_ids), n_sample, seed), min(k, len(training_ids)), tuple(factors),
+                     float(block_mm), time.perf_counter() - start)
+
+
+def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.ndarray, n: int) -> dict:
+    """How far the shortlist is from exhaustive search, on the rows computed both ways.
+
+    Args:
+        distances: (Q, T) distances (small = alike); every pair of a sampled row is finite.
+        shortlisted: (Q, T) mask of the candidate pairs (without the sampled rows' extra pairs).
+        sampled: Indices of the exhaustively computed rows.
+        n: The ratio's n (clamped to T).
+
+    Returns:
+        ``rows`` (the sampled row indices), per row ``recall`` (fraction of the exact n
+        closest among the candidates), ``closest_found`` (the exact closest is a candidate),
+        ``ratio_exact``/``ratio_shortlist`` and ``closest_exact``/``closest_shortlist``
+        (RELICT's ratio and the absolute distance to the closest on the full row and on the
+        candidates only); and the summary ``recall_top_n`` (mean), ``min_recall``,
+        ``max_ratio_error``, ``max_closest_error``.
+    """
+    from .ratio import distance_ratio
+
+    d = np.asarray(distances, np.float64)
+    sampled = np.asarray(sampled, np.int64)
+    n = min(int(n), d.shape[1])
+    out = {"rows": sampled, "n": n}
+    if len(sampled) == 0:
+        return {**out, "recall": np.zeros(0), "closest_found": np.zeros(0, bool), "ratio_exact": np.zeros(0),
+                "ratio_shortlist": np.zeros(0), "closest_exact": np.zeros(0), "closest_shortlist": np.zeros(0),
+                "recall_top_n": None, "min_recall": None, "max_ratio_error": None, "max_closest_error": None}
+    full = d[sampled]
+    if not np.all(np.isfinite(full)):
+        raise ValueError("a sampled row has pairs that were not computed: the recall needs every pair of it")
+    restricted = np.where(shortlisted[sampled], full, np.inf)
+    order = np.argsort(full, axis=1, kind="stable")[:, :n]  # the exact n closest (ties: lower index)
+    recall = np.take_along_axis(shortlisted[sampled], order, axis=1).mean(axis=1)
+    exact = distance_ratio(full, n, warn=lambda message: None)
+    short = distance_ratio(restricted, n, warn=lambda message: None)
+    return {**out, "recall": recall, "closest_found": shortlisted[sampled, order[:, 0]],
+            "ratio_exact": exact.ratio, "ratio_shortlist": short.ratio,
+            "closest_exact": exact.closest_distance, "closest_shortlist": short.closest_distance,
+            "recall_top_n": float(recall.mean()), "min_recall": float(recall.min()),
+            "max_ratio_error": float(np.max(np.abs(short.ratio - exact.ratio))),
+            "max_closest_error": float(np.max(np.abs(short.closest_distance - exact.closest_distance)))}
+
+
+def aligned_to(shortlist: Shortlist, query_ids: Sequence[str], training_ids: Sequence[str], what: str) -> Shortlist:
+    """The shortlist, checked to list the matrix's rows and columns in the same order (a stale one is refused)."""
+    if list(map(str, query_ids)) != shortlist.query_ids or list(map(str, training_ids)) != shortlist.training_ids:
+        raise ValueError(f"the shortlist's ids differ from {what}'s: it is stale; rerun relict_shortlist")
+    return shortlist
+
+
+def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: str, n: int, *,
+                  scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                  heldout: tuple[np.ndarray, Shortlist | None] | None = None,
+                  calls: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
+                  min_recall: float = 0.999, ids: Sequence[str] | None = None) -> dict:
+    """What the search computed and how far it is from exhaustive search (``search/<measure>.json``).
+
+    Args:
+        distances: The synthetic volumes' (S, T) distances as computed (+inf: not computed).
+        shortlist: Their shortlist, or None for an exhaustive search.
+        measure: The measure (its cheap stage picks the candidates).
+        n: The ratio's n.
+        scores: ``scores(ratio, closest_distance) -> score`` (the ratio, or the absolute
+            distance at segmentation level), for the calls.
+        heldout: The held-out scans' (H, T) distances and their shortlist, when calibrated.
+        calls: ``calls(synthetic_scores, null_scores) -> called`` (boolean per synthetic
+            volume) at the calibrated rate, when calibrated.
+        min_recall: Params' threshold on the mean recall of the exact n closest.
+        ids: Synthetic ids, for the per-row table.
+    """
+    d = np.asarray(distances, np.float64)
+    total = int(d.size)
+    out = {"measure": measure, "mode": "exhaustive" if shortlist is None else "shortlist",
+           "pairs_total": total, "pairs_computed": int(np.isfinite(d).sum()), "min_recall_threshold": min_recall}
+    out["pairs_fraction"] = out["pairs_computed"] / total if total else None
+    if shortlist is None:  # every pair computed: the n closest are exact by construction
+        return {**out, "recall_top_n": 1.0, "recall_ok": True, "n_sampled": 0, "max_ratio_error": 0.0,
+                "calls_changed": 0 if calls is not None else None}
+    stage = stage_of(measure)
+    check = recall_check(d, shortlist.shortlisted(stage), shortlist.sampled, n)
+    out.update({"k": shortlist.k, "block_mm": shortlist.block_mm, "stage": stage, "n_sampled": int(len(check["rows"])),
+                "recall_top_n": check["recall_top_n"], "min_recall": check["min_recall"],
+                "closest_found": (float(np.mean(check["closest_found"])) if len(check["rows"]) else None),
+                "max_ratio_error": check["max_ratio_error"], "max_closest_error": check["max_closest_error"],
+                "cheap_stage_seconds": shortlist.seconds})
+    out["recall_ok"] = bool(check["recall_top_n"] is None or check["recall_top_n"] >= min_recall)
+    out["rows"] = [{"synthetic_id": (ids[r] if ids is not None else int(r)), "recall": float(rc),
+                    "ratio_exact": float(a), "ratio_shortlist": float(b)}
+                   for r, rc, a, b in zip(check["rows"], check["recall"], check["ratio_exact"],
+                                          check["ratio_shortlist"])]
+    held_check = None
+    if heldout is not None and heldout[1] is not None:
+        held_check = recall_check(heldout[0], heldout[1].shortlisted(stage), heldout[1].sampled, n)
+        out["heldout"] = {"n_sampled": int(len(held_check["rows"])), "recall_top_n": held_check["recall_top_n"],
+                          "min_recall": held_check["min_recall"], "max_ratio_error": held_check["max_ratio_error"]}
+        if held_check["recall_top_n"] is not None and held_check["recall_top_n"] < min_recall:
+            out["recall_ok"] = False
+    out["calls_changed"] = None
+    if scores is not None and calls is not None and heldout is not None:
+        from .ratio import distance_ratio
+
+        def as_run(dist, chk, exact):
+            """Scores as computed (sampled rows exact), or as a shortlist-only run would have them."""
+            r = distance_ratio(dist, n, warn=lambda message: None)
+            s = np.array(scores(r.ratio, r.closest_distance), np.float64)
+            if chk is not None and len(chk["rows"]) and not exact:
+                s[chk["rows"]] = scores(chk["ratio_shortlist"], chk["closest_shortlist"])
+            return s
+
+        exact = calls(as_run(d, check, True), as_run(heldout[0], held_check, True))
+        short = calls(as_run(d, check, False), as_run(heldout[0], held_check, False))
+        out["calls_changed"] = int(np.sum(np.asarray(exact) != np.asarray(short)))
+    return out
