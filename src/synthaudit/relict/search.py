@@ -10,10 +10,11 @@ every item once, shortlist candidates with a cheap k-NN, and compute the expensi
 comparison within the shortlist only.
 
 Here the cheap stage is the **block means** of every registered volume: the mean over
-blocks of about ``block_mm`` (12 mm: 2,000-3,000 numbers for a head at 1 mm), compared
-by squared distance, exactly, as one matrix product per chunk of queries. Measures blind
-to a linear intensity change (NCC) use block means standardised per volume; the
-segmentation level uses block means of each class's mask. Each query (a synthetic volume
+blocks of about ``block_mm`` (12 mm: 2,000-3,000 numbers for a head at 1 mm), plus the
+energy that block averaging leaves out (:class:`CheapVector`). Their squared distance plus
+the training volume's energy is the full-resolution squared distance less one residual
+cross term, found exactly (no index) as one matrix product per chunk of queries. Measures
+blind to a linear intensity change (NCC) use the volume centred and scaled to unit norm. Each query (a synthetic volume
 or a held-out scan) keeps its ``K`` nearest training volumes, ``K = ceil(factor x n)``
 for the ratio's n (``relict.search.shortlist``), and the exact measure runs on those
 pairs only (``image_measures.all_pairs_image_measures(pairs=...)``; pairs outside the
@@ -98,48 +99,82 @@ def block_factors(block_mm: float, spacing_mm: Sequence[float], shape: Sequence[
     return tuple(int(min(n, max(1, round(block_mm / float(s))))) for s, n in zip(spacing_mm, shape))
 
 
+def _block_sums(volume: np.ndarray, factors: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+    """Sums and voxel counts of the blocks (a partial last block on an axis is its own block)."""
+    v = np.asarray(volume, dtype=np.float64)
+    counts = np.ones((1,) * v.ndim)
+    for axis, f in enumerate(factors):
+        n = v.shape[axis]
+        edges = np.arange(0, n, f)
+        v = np.add.reduceat(v, edges, axis=axis)
+        shape = [1] * v.ndim
+        shape[axis] = len(edges)
+        counts = counts * np.diff(np.append(edges, n)).astype(np.float64).reshape(shape)
+    return v, counts
+
+
 def block_means(volume: np.ndarray, factors: Sequence[int]) -> np.ndarray:
     """Means over blocks of ``factors`` voxels, flattened (float64); a partial last block is its own mean.
 
     Partial blocks keep the edge of the field of view (cropping them would drop up to a
     block's width of anatomy on each axis).
     """
+    sums, counts = _block_sums(volume, factors)
+    return (sums / counts).ravel()
+
+
+@dataclass
+class CheapVector:
+    """A volume's cheap stage: ``vector``, its block means scaled by the root of each block's
+    voxel count, and ``energy``, the squared norm of what block averaging leaves out.
+
+    Why both: block averaging P is an orthogonal projection, so for two volumes a and b
+    ``|a - b|^2 = |P(a - b)|^2 + |(I - P)a|^2 + |(I - P)b|^2 - 2 <(I - P)a, (I - P)b>``, and
+    ``|P(a - b)|^2 = |vector_a - vector_b|^2`` exactly. :func:`nearest` ranks by the first
+    three terms: the residual cross term is the only one dropped. Between different
+    patients it is near 0; for a copy it is positive, so a copy is closer at full resolution
+    than estimated, and it still ranks first where its block means match (images are mostly
+    low frequencies). The recall check measures what the dropped term costs. Without the
+    training volume's energy, a training scan with less voxel noise, which is closer to
+    every query at full resolution, would look no closer on block means.
+    """
+
+    vector: np.ndarray
+    energy: float
+
+
+def cheap_vector(volume: np.ndarray, factors: Sequence[int], standardise: bool = False) -> CheapVector:
+    """The cheap stage of one volume; ``standardise``: of the volume centred and scaled to unit
+    norm first, so that the squared distance is ``2 (1 - NCC)`` up to the dropped cross term."""
     v = np.asarray(volume, dtype=np.float64)
-    for axis, f in enumerate(factors):
-        n = v.shape[axis]
-        edges = np.arange(0, n, f)
-        sums = np.add.reduceat(v, edges, axis=axis)
-        counts = np.diff(np.append(edges, n)).astype(np.float64)
-        shape = [1] * v.ndim
-        shape[axis] = len(counts)
-        v = sums / counts.reshape(shape)
-    return v.ravel()
+    if standardise:
+        v = v - v.mean()
+        norm = math.sqrt(float(np.vdot(v, v)))
+        v = v / norm if norm > 0 else v
+    sums, counts = _block_sums(v, factors)
+    vector = (sums / np.sqrt(counts)).ravel()  # = mean x sqrt(count)
+    return CheapVector(vector, max(0.0, float(np.vdot(v, v)) - float(np.vdot(vector, vector))))
 
 
-def standardised(vector: np.ndarray) -> np.ndarray:
-    """Zero mean, unit length: squared distance then ranks by correlation (NCC's cheap stage)."""
-    v = np.asarray(vector, np.float64) - np.mean(vector)
-    norm = np.linalg.norm(v)
-    return v / norm if norm > 0 else v
+def label_vector(labels: np.ndarray, classes: Sequence[int], factors: Sequence[int]) -> CheapVector:
+    """Per class, the cheap stage of its mask, concatenated (for the segmentation level)."""
+    parts = [cheap_vector(np.asarray(labels) == c, factors) for c in classes]
+    return CheapVector(np.concatenate([p.vector for p in parts]), sum(p.energy for p in parts))
 
 
-def label_block_means(labels: np.ndarray, classes: Sequence[int], factors: Sequence[int]) -> np.ndarray:
-    """Per class, the fraction of every block in that class, concatenated (the segmentation level's cheap stage)."""
-    labels = np.asarray(labels)
-    return np.concatenate([block_means(labels == c, factors) for c in classes])
+def cheap_vectors(volume: np.ndarray, factors: Sequence[int]) -> dict[str, CheapVector]:
+    """The image stages of one volume: ``raw`` and ``standardised`` (NCC's)."""
+    return {"raw": cheap_vector(volume, factors), "standardised": cheap_vector(volume, factors, standardise=True)}
 
 
-def cheap_vectors(volume: np.ndarray, factors: Sequence[int]) -> dict[str, np.ndarray]:
-    """The image stages of one volume: ``raw`` block means and their ``standardised`` form."""
-    raw = block_means(volume, factors)
-    return {"raw": raw, "standardised": standardised(raw)}
+def nearest(queries: np.ndarray, training: np.ndarray, k: int,
+            training_energy: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The k nearest training rows of every query row by squared distance plus the training row's energy.
 
-
-def nearest(queries: np.ndarray, training: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The k nearest training rows of every query row by squared distance, exactly.
-
-    Ties go to the lower training index (stable sort), so the result does not depend on
-    chunking. Returns (indices, squared distances), each (Q, k), nearest first.
+    Exact (no index): one matrix product per chunk of queries. Ties go to the lower
+    training index (stable sort), so the result does not depend on chunking. Returns
+    (indices, estimated squared distances without the query's own energy), each (Q, k),
+    nearest first.
     """
     q = np.asarray(queries, np.float64)
     t = np.asarray(training, np.float64)
@@ -147,6 +182,8 @@ def nearest(queries: np.ndarray, training: np.ndarray, k: int) -> tuple[np.ndarr
         raise ValueError(f"queries {q.shape} and training {t.shape} must be (n, d) with the same d")
     k = min(int(k), len(t))
     t_sq = np.einsum("ij,ij->i", t, t)
+    if training_energy is not None:
+        t_sq = t_sq + np.asarray(training_energy, np.float64)
     rows = max(1, _CHUNK_ELEMENTS // max(1, len(t)))
     index = np.empty((len(q), k), np.int64)
     dist = np.empty((len(q), k))
@@ -192,6 +229,11 @@ class Shortlist:
     block_mm: float
     seconds: float = 0.0
 
+    def __post_init__(self):
+        self.sampled = np.asarray(self.sampled, np.int64).reshape(-1)
+        self.candidates = {s: np.asarray(c, np.int64).reshape(len(self.query_ids), -1)
+                           for s, c in self.candidates.items()}
+
     def pairs(self, stage: str, rows: slice | None = None, cols: slice | None = None) -> np.ndarray:
         """The (Q, T) boolean mask of pairs to compute for ``stage``: the candidates, and every pair of a sampled row.
 
@@ -228,38 +270,41 @@ class Shortlist:
 
 
 def build_shortlist(query_ids: Sequence[str], training_ids: Sequence[str],
-                    query_vectors: Callable[[], Iterable[dict[str, np.ndarray]]],
-                    training_vectors: Callable[[], Iterable[dict[str, np.ndarray]]], *, k: int, n_sample: int,
+                    query_vectors: Callable[[], Iterable[dict[str, CheapVector]]],
+                    training_vectors: Callable[[], Iterable[dict[str, CheapVector]]], *, k: int, n_sample: int,
                     seed: int, factors: Sequence[int], block_mm: float,
                     progress: Callable[[int, int], None] | None = None) -> Shortlist:
     """Candidates for every query under every stage the vectors carry (see :func:`cheap_vectors`).
 
-    The vector callables yield one dict of stage -> vector per volume, in id order;
-    training vectors are held in memory (T x d floats: 10,000 x 3,000 at 12 mm on a 1 mm
-    head grid is 240 MB per stage).
+    The vector callables yield one dict of stage -> :class:`CheapVector` per volume, in id
+    order; training vectors are held in memory (T x d floats: 10,000 x 3,000 at 12 mm on a
+    1 mm head grid is 240 MB per stage).
     """
     import time
 
     start = time.perf_counter()
-    train: dict[str, list[np.ndarray]] = {}
-    for i, vectors in enumerate(training_vectors()):
-        for stage, v in vectors.items():
-            train.setdefault(stage, []).append(v)
-        if progress is not None:
-            progress(i + 1, len(training_ids) + len(query_ids))
-    queries: dict[str, list[np.ndarray]] = {}
-    for i, vectors in enumerate(query_vectors()):
-        for stage, v in vectors.items():
-            queries.setdefault(stage, []).append(v)
-        if progress is not None:
-            progress(len(training_ids) + i + 1, len(training_ids) + len(query_ids))
+    total = len(training_ids) + len(query_ids)
+
+    def gathered(vectors, offset):
+        out: dict[str, list[CheapVector]] = {}
+        for i, per_stage in enumerate(vectors()):
+            for stage, v in per_stage.items():
+                out.setdefault(stage, []).append(v)
+            if progress is not None:
+                progress(offset + i + 1, total)
+        return out
+
+    train = gathered(training_vectors, 0)
+    queries = gathered(query_vectors, len(training_ids))
     candidates = {}
-    for stage in train:
-        if len(queries.get(stage, [])) != len(query_ids) or len(train[stage]) != len(training_ids):
-            raise ValueError(f"stage {stage!r}: {len(queries.get(stage, []))} query and {len(train[stage])} "
-                             f"training vectors for {len(query_ids)} queries and {len(training_ids)} training ids")
+    for stage, vs in train.items():
+        qs = queries.get(stage, [])
+        if len(qs) != len(query_ids) or len(vs) != len(training_ids):
+            raise ValueError(f"stage {stage!r}: {len(qs)} query and {len(vs)} training vectors for "
+                             f"{len(query_ids)} queries and {len(training_ids)} training ids")
         if len(query_ids):
-            candidates[stage] = nearest(np.stack(queries[stage]), np.stack(train[stage]), k)[0]
+            candidates[stage] = nearest(np.stack([v.vector for v in qs]), np.stack([v.vector for v in vs]), k,
+                                        np.array([v.energy for v in vs]))[0]
         else:
             candidates[stage] = np.zeros((0, min(k, len(training_ids))), np.int64)
     return Shortlist(list(map(str, query_ids)), list(map(str, training_ids)), candidates,

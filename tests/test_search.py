@@ -1,0 +1,205 @@
+"""The shortlist search (synthaudit.relict.search; issue 31) against its definitions:
+block means, exact k-NN, the seeded sample, the recall of the exact n closest, the ratio
+error and the calls a shortlist-only run would change; and the pair mask of the engine."""
+
+import numpy as np
+import pytest
+
+from synthaudit.relict import search
+from synthaudit.relict.image_measures import all_pairs_image_measures
+from synthaudit.relict.ratio import distance_ratio
+
+
+def test_block_means_are_the_means_of_each_block_partial_blocks_included():
+    rng = np.random.default_rng(0)
+    v = rng.random((5, 7, 4))
+    got = search.block_means(v, (2, 3, 4)).reshape(3, 3, 1)
+    for i, (a, b) in enumerate([(0, 2), (2, 4), (4, 5)]):
+        for j, (c, d) in enumerate([(0, 3), (3, 6), (6, 7)]):
+            assert got[i, j, 0] == pytest.approx(v[a:b, c:d, :].mean())
+
+
+def test_block_factors_are_about_block_mm_and_within_the_grid():
+    assert search.block_factors(12.0, [1.0, 1.0, 1.5], [182, 218, 10]) == (12, 12, 8)
+    assert search.block_factors(12.0, [3.0, 3.0, 3.0], [61, 73, 3]) == (4, 4, 3)
+    assert search.block_factors(0.1, [2.0, 2.0, 2.0], [5, 5, 5]) == (1, 1, 1)
+    with pytest.raises(ValueError, match="block_mm"):
+        search.block_factors(0, [1, 1, 1], [4, 4, 4])
+
+
+def test_nearest_is_brute_force_k_nn_with_ties_to_the_lower_index():
+    rng = np.random.default_rng(1)
+    t = rng.standard_normal((50, 6))
+    t[7] = t[3]  # a tie: 3 before 7
+    q = np.vstack([t[3] + 1e-9, rng.standard_normal((20, 6))])
+    idx, dist = search.nearest(q, t, 5)
+    brute = ((q[:, None, :] - t[None]) ** 2).sum(-1)
+    for row in range(len(q)):
+        assert list(idx[row]) == list(np.argsort(brute[row], kind="stable")[:5])
+    np.testing.assert_allclose(dist, np.take_along_axis(brute, idx, 1), atol=1e-9)
+    assert list(idx[0][:2]) == [3, 7]
+
+
+def test_standardised_stage_ranks_by_correlation():
+    from scipy import ndimage
+
+    rng = np.random.default_rng(2)
+
+    def smooth():  # images are mostly low frequencies, which block means keep
+        return ndimage.gaussian_filter(rng.random((16, 16, 16)), 2.0)
+
+    a = smooth()
+    t = [3.0 * a + 5.0, smooth(), a + 0.3 * (smooth() - 0.5)]
+    q = search.cheap_vector(a, (2, 2, 2), standardise=True)
+    ts = [search.cheap_vector(x, (2, 2, 2), standardise=True) for x in t]
+    idx, _ = search.nearest(q.vector[None], np.stack([v.vector for v in ts]), 3, [v.energy for v in ts])
+    assert list(idx[0]) == [0, 2, 1]  # the linear change of a first, as NCC ranks
+
+
+def test_cheap_distance_is_the_squared_distance_but_the_residual_cross_term():
+    """Block averaging is an orthogonal projection: |a - b|^2 = |va - vb|^2 + Ea + Eb - 2 <ra, rb>,
+    with partial blocks weighted by their voxel counts."""
+    rng = np.random.default_rng(4)
+    a, b = rng.random((7, 9, 5)), rng.random((7, 9, 5))
+    f = (3, 4, 2)
+    ca, cb = search.cheap_vector(a, f), search.cheap_vector(b, f)
+
+    def residual(v):
+        sums, counts = search._block_sums(v, f)
+        means = sums / counts
+        up = means.repeat(3, 0)[:7].repeat(4, 1)[:, :9].repeat(2, 2)[:, :, :5]
+        return v - up
+
+    ra, rb = residual(a), residual(b)
+    assert ca.energy == pytest.approx(np.sum(ra ** 2)) and cb.energy == pytest.approx(np.sum(rb ** 2))
+    assert np.sum((a - b) ** 2) == pytest.approx(np.sum((ca.vector - cb.vector) ** 2) + ca.energy + cb.energy
+                                                 - 2 * np.sum(ra * rb))
+
+
+def test_the_training_scan_with_less_voxel_noise_is_nearer_as_at_full_resolution():
+    """Two training scans with the same block means, one noisier: at full resolution the quieter
+    one is closer to any new volume; the energy term lets the cheap stage see it, block means alone cannot."""
+    rng = np.random.default_rng(5)
+    smooth = np.kron(rng.random((4, 4, 4)), np.ones((4, 4, 4)))
+    noisy, quiet = smooth + 0.5 * rng.standard_normal(smooth.shape), smooth + 0.1 * rng.standard_normal(smooth.shape)
+    query = smooth + 0.2 * rng.standard_normal(smooth.shape)
+    full = [np.sum((query - t) ** 2) for t in (noisy, quiet)]
+    assert full[1] < full[0]
+    ts = [search.cheap_vector(t, (4, 4, 4)) for t in (noisy, quiet)]
+    q = search.cheap_vector(query, (4, 4, 4))
+    idx, _ = search.nearest(q.vector[None], np.stack([v.vector for v in ts]), 1, [v.energy for v in ts])
+    assert idx[0, 0] == 1
+
+
+def test_sample_is_seeded_sorted_and_whole_when_asked_for_more():
+    a, b = search.sample_rows(100, 10, 0), search.sample_rows(100, 10, 0)
+    assert np.array_equal(a, b) and np.all(np.diff(a) > 0) and len(a) == 10
+    assert not np.array_equal(a, search.sample_rows(100, 10, 1))
+    assert np.array_equal(search.sample_rows(5, 10, 0), np.arange(5))
+
+
+def test_mode_and_shortlist_size():
+    cfg = {"mode": "auto", "auto_above_pairs": 1000}
+    assert search.choose_mode(10, 100, cfg) == "exhaustive"
+    assert search.choose_mode(11, 100, cfg) == "shortlist"
+    assert search.choose_mode(11, 100, {**cfg, "mode": "exhaustive"}) == "exhaustive"
+    with pytest.raises(ValueError, match="mode"):
+        search.choose_mode(1, 1, {**cfg, "mode": "fast"})
+    assert search.shortlist_size(50, 2000, 4) == 200
+    assert search.shortlist_size(50, 120, 4) == 120
+    assert search.shortlist_size(3, 100, 1.5) == 5
+    with pytest.raises(ValueError, match="at least 1"):
+        search.shortlist_size(50, 2000, 0.5)
+
+
+def test_distance_ratio_refuses_rows_with_fewer_than_n_computed_pairs():
+    d = np.array([[1.0, 2.0, np.inf, np.inf], [1.0, 2.0, 3.0, np.inf]])
+    assert distance_ratio(d, 2).ratio == pytest.approx([1 / 1.5, 1 / 1.5])
+    with pytest.raises(ValueError, match="fewer than n=3 computed"):
+        distance_ratio(d, 3)
+
+
+def _shortlist(candidates, sampled, n_train, stage="raw"):
+    q = len(candidates)
+    return search.Shortlist([f"s{i}" for i in range(q)], [f"t{j}" for j in range(n_train)],
+                            {stage: np.asarray(candidates)}, np.asarray(sampled), len(candidates[0]), (1, 1, 1), 1.0)
+
+
+def test_recall_and_ratio_error_by_hand():
+    # row 0: exact closest three 0, 1, 2; candidates hold 0 and 2 (and 5): recall 2/3
+    d = np.array([[1.0, 2.0, 3.0, 9.0, 9.0, 8.0],
+                  [5.0, 1.0, 6.0, 7.0, 8.0, 9.0]])
+    sl = _shortlist([[0, 2, 5], [1, 0, 2]], [0, 1], 6)
+    out = search.recall_check(d, sl.shortlisted("raw"), sl.sampled, 3)
+    assert out["recall"] == pytest.approx([2 / 3, 1.0])
+    assert out["recall_top_n"] == pytest.approx(5 / 6) and out["min_recall"] == pytest.approx(2 / 3)
+    # exact ratio 1 / mean(1, 2, 3) = 0.5; on the candidates 1 / mean(1, 3, 8) = 0.25
+    assert out["ratio_exact"] == pytest.approx([0.5, 1 / 4])
+    assert out["ratio_shortlist"] == pytest.approx([0.25, 1 / 4])
+    assert out["max_ratio_error"] == pytest.approx(0.25)
+    assert list(out["closest_found"]) == [True, True]
+
+
+def test_pairs_mask_is_candidates_and_sampled_rows():
+    sl = _shortlist([[0, 2], [1, 3], [3, 0]], [1], 4)
+    want = np.array([[1, 0, 1, 0], [1, 1, 1, 1], [1, 0, 0, 1]], bool)
+    assert np.array_equal(sl.pairs("raw"), want)
+    assert np.array_equal(sl.pairs("raw", slice(0, 2), slice(2, 4)), want[:2, 2:])
+    with pytest.raises(ValueError, match="no 'labels' stage"):
+        sl.pairs("labels")
+
+
+def test_shortlist_round_trips(tmp_path):
+    sl = _shortlist([[0, 2], [1, 3]], [1], 4)
+    sl.save(tmp_path / "s.npz")
+    back = search.Shortlist.load(tmp_path / "s.npz")
+    assert back.query_ids == sl.query_ids and back.training_ids == sl.training_ids and back.k == 2
+    assert np.array_equal(back.candidates["raw"], sl.candidates["raw"]) and list(back.sampled) == [1]
+    with pytest.raises(ValueError, match="stale"):
+        search.aligned_to(back, ["s1", "s0"], sl.training_ids, "the matrix")
+
+
+def test_report_counts_a_call_the_shortlist_would_change():
+    """Synthetic row 0 is a replica of training volume 4, which its candidates miss: on the
+    shortlist its ratio looks ordinary and the calibrated call is lost. The report must say so."""
+    d = np.array([[5.0, 5.0, 5.0, 5.0, 0.1, 5.0],
+                  [5.0, 4.0, 5.0, 5.0, 5.0, 5.0]])
+    held = np.array([[4.0, 5.0, 5.0, 5.0, 5.0, 5.0], [5.0, 5.0, 4.5, 5.0, 5.0, 5.0], [5.0, 5.0, 5.0, 4.8, 5.0, 5.0]])
+    sl = _shortlist([[0, 1, 2], [1, 0, 2]], [0], 6)
+    # the run computes only the candidates and the sampled row: +inf elsewhere
+    d_run = np.where(sl.pairs("raw"), d, np.inf)
+    held_sl = _shortlist([[0, 1, 2], [2, 0, 1], [3, 0, 1]], [], 6)
+    held_run = np.where(held_sl.pairs("raw"), held, np.inf)
+
+    def calls(syn, null):
+        return np.asarray(syn) < np.min(null)  # called when below every held-out score
+
+    report = search.search_report(d_run, sl, "rmse", 2, scores=lambda r, c: r, heldout=(held_run, held_sl),
+                                  calls=calls, min_recall=0.999, ids=["s0", "s1"])
+    assert report["mode"] == "shortlist" and report["pairs_computed"] == 6 + 3
+    assert report["recall_top_n"] == pytest.approx(0.5) and not report["recall_ok"]
+    assert report["calls_changed"] == 1
+    assert report["rows"][0]["ratio_exact"] == pytest.approx(0.1 / 2.55)
+    assert report["heldout"]["n_sampled"] == 0 and report["heldout"]["recall_top_n"] is None
+    exhaustive = search.search_report(d, None, "rmse", 2)
+    assert exhaustive["mode"] == "exhaustive" and exhaustive["pairs_fraction"] == 1.0 and exhaustive["recall_ok"]
+
+
+@pytest.mark.parametrize("backend", ["kernels", "torch"])
+def test_masked_engine_computes_exactly_the_wanted_pairs(backend):
+    rng = np.random.default_rng(3)
+    syn = rng.random((5, 14, 15, 16), dtype=np.float32)
+    train = rng.random((9, 14, 15, 16), dtype=np.float32)
+    pairs = rng.random((5, 9)) < 0.3
+    pairs[0] = False  # a row with nothing to compute
+    measures = ["mae", "rmse", "ssim", "ncc"]
+    full = all_pairs_image_measures(syn, train, measures, data_range=1.0, backend=backend)
+    part = all_pairs_image_measures(syn, train, measures, data_range=1.0, backend=backend, pairs=pairs)
+    for m in measures:
+        assert np.all(np.isnan(part[m][~pairs])), m
+        if backend == "kernels":  # the kernels skip work without reordering it: bitwise
+            assert np.array_equal(part[m][pairs], full[m][pairs]), m
+        else:
+            np.testing.assert_allclose(part[m][pairs], full[m][pairs], rtol=0, atol=1e-8)
+    with pytest.raises(ValueError, match="pairs has shape"):
+        all_pairs_image_measures(syn, train, ["mae"], data_range=1.0, pairs=pairs[:, :4])
