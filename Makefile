@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-slurm install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
+.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -63,6 +63,10 @@ real-anatomy: $(STAMP)
 # resubmitted, a killed master rerun (tests/test_slurm.py)
 test-slurm: $(STAMP)
 	tests/slurm/up.sh
+	$(MAKE) test-slurm-run
+
+# the SLURM tests on a cluster already up (.ci/run brings it up first, when it can)
+test-slurm-run: $(STAMP)
 	$(BIN)/python -m pytest -m slurm -n0 tests/test_slurm.py
 
 # the rules' lint and format (.ci/run): Snakemake's own checks, snakefmt (pyproject: 120 columns)

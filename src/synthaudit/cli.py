@@ -59,8 +59,14 @@ def _init(args) -> int:
     print("  levels: " + "; ".join(p["levels"]))
     print("  calibrated replica calls: " + ("yes (false-positive rate from the held-out scans)" if p["calibrated"]
                                             else "no (needs >= 19 held-out scans; the ranking is complete without)"))
-    print(f"  work: {p['pairs']} volume pairs per measure; about {p['estimate_cpu_minutes']} CPU-minutes for the "
-          "image and feature levels (2-core measurements; segmentation and privacy filters extra)")
+    sr = p["search"]
+    if sr["mode"] == "exhaustive":
+        how = f"every pair computed (exhaustive search: at most relict.search.auto_above_pairs = {sr['threshold']:,})"
+    else:
+        how = (f"shortlist search above {sr['threshold']:,} pairs (relict.search): {sr['k']} candidates per volume, "
+               f"{sr['pairs']:,} pairs computed, {sr['sample']} volumes also searched exhaustively to measure its recall")
+    print(f"  work: {p['pairs']:,} volume pairs per measure; {how}; about {p['estimate_cpu_minutes']} CPU-minutes "
+          "for the image and feature levels (2-core measurements; segmentation and privacy filters extra)")
     der = p.get("derived")
     if der:
         print(f"  from your data: n_closest {der['n_closest']} (RELICT: 50"

@@ -224,6 +224,16 @@ class WorkflowPlan:
             return all(Path(seg["nnunet"]["predictions"], f"{s.id}.nii.gz").is_file() for s in heldout)
         return True  # unet, or an nnU-Net command: they label the held-out scans too
 
+    def shortlist_mem_mb(self, grid_path: str, n_queries: int, n_training: int) -> int:
+        """Memory of a relict_shortlist job: every volume's block means of both stages in float32,
+        the training side again in float64 for the matrix product, and a chunk of distances."""
+        grid = json.loads(Path(grid_path).read_text())
+        factors = relict_search.block_factors(float(self.search["shortlist"]["block_mm"]), grid["spacing_mm"],
+                                              grid["shape"])
+        dims = math.prod(math.ceil(n / f) for n, f in zip(grid["shape"], factors))
+        volume = math.prod(grid["shape"]) * 8 * 3  # one volume read and its float64 copies
+        return int(1500 + (2 * 4 * (n_queries + n_training) * dims + 8 * n_training * dims + 8 * 32e6 + volume) / 2**20)
+
     def shortlisted(self, dataset: str) -> bool:
         """Whether the dataset's training set is searched by shortlist (relict.search)."""
         return self.search_mode.get(self.training_of[dataset]) == "shortlist"

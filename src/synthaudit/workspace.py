@@ -668,6 +668,24 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
             "preselect_block_mm": float(params["preselect_block_mm"])}
 
 
+def _search_plan(n_synthetic: int, n_heldout: int, n_train: int, n_closest: int | None) -> dict:
+    """The image level's search as the workflow will choose it (relict.search of the shipped params):
+    exhaustive up to ``auto_above_pairs``, else the shortlist, with the pairs each computes."""
+    from .relict import search as relict_search
+
+    params = _repo_params()["relict"]
+    cfg = {**relict_search.DEFAULTS, **params.get("search", {})}
+    n = int(n_closest or params["n_closest"])
+    queries, pairs = n_synthetic + n_heldout, (n_synthetic + n_heldout) * n_train
+    mode = relict_search.choose_mode(queries, n_train, cfg)
+    if mode == "exhaustive":
+        return {"mode": mode, "pairs": pairs, "threshold": int(cfg["auto_above_pairs"])}
+    k = relict_search.shortlist_size(n, n_train, float(cfg["shortlist"]["factor"]))
+    sample = min(int(cfg["recall"]["sample"]), n_synthetic) + min(int(cfg["recall"]["sample"]), n_heldout)
+    computed = queries * k + sample * (n_train - k)
+    return {"mode": mode, "pairs": computed, "k": k, "sample": sample, "threshold": int(cfg["auto_above_pairs"])}
+
+
 def astra_installed() -> bool:
     """Whether the pretrained CT encoder's weights package is importable (no weights are read)."""
     import importlib.util
@@ -909,10 +927,11 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
     shape = summary["shape"] or [182, 218, 182]
     scale = float(np.prod(shape)) / VOXELS_1MM if inp.registered else (91 * 109 * 91) / VOXELS_1MM
     pairs = (len(synthetic) + len(heldout)) * len(train)
+    search = _search_plan(len(synthetic), len(heldout), len(train), (derived or {}).get("n_closest"))
     volumes = len(rows) + len(synthetic)
     astra = bool((derived or {}).get("extractor"))
     per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM
-    seconds = pairs * SECONDS_PER_PAIR_1MM * scale + volumes * per_embedding * scale
+    seconds = search["pairs"] * SECONDS_PER_PAIR_1MM * scale + volumes * per_embedding * scale
     levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
               + " embeddings: RMSE, cosine)"]
     if inp.labels:
@@ -920,6 +939,6 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
                                                        "a U-Net trained on your labels") + ")")
     return {"n_train": len(train), "n_heldout": len(heldout), "n_synthetic": len(synthetic),
             "n_patients": len({r["patient_id"] for r in train}), "patients": how, "levels": levels,
-            "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs,
+            "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs, "search": search,
             "estimate_cpu_minutes": round(seconds / 60, 1), "summary": summary,
             "warning": intensity_warning(summary), "derived": derived}

@@ -27,7 +27,7 @@ rule relict_shortlist:
         "../../envs/relict.yaml"
     threads: 1
     resources:
-        mem_mb=4000,
+        mem_mb=lambda wc, input: PLAN.shortlist_mem_mb(input.grid, len(input.queries), len(input.training)),
     params:
         query_ids=lambda wc: [v.id for v in (plan(wc).synthetic if wc.role == "synthetic" else plan(wc).heldout)],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
