@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop
+.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -109,6 +109,11 @@ bench: $(STAMP)
 	$(BENCH) synthaudit_bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
 	$(BENCH) synthaudit_bench.alignment --scale ncct --out results/bench/alignment_ncct.json
 	$(BENCH) synthaudit_bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
+
+# the shortlist search at 2,000 training x 200 synthetic volumes (3 mm), with a projection to
+# 10,000 x 5,000 at 1 mm (docs/large_datasets.md): results/bench/shortlist_scale.{json,md}
+bench-shortlist: $(STAMP)
+	$(BENCH) synthaudit_bench.shortlist_scale --out results/bench/shortlist_scale.json
 
 bench-quick: $(STAMP)
 	$(BENCH) synthaudit_bench --scale quick

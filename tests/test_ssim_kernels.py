@@ -49,8 +49,16 @@ def test_fast_kernel_equals_generic_kernel():
     weights = ssim.filter.weights.astype(np.float32)
     fast, generic = np.zeros((3, 5)), np.zeros((3, 5))
     kernels.ssim_sums(*x, *y, weights, ssim.c1, ssim.c2 / ssim.k, fast)
-    kernels._ssim_sums_generic(*x, *y, weights, ssim.c1, ssim.c2 / ssim.k, generic)
+    kernels._ssim_sums_generic(*x, *y, weights, ssim.c1, ssim.c2 / ssim.k, generic, np.ones((3, 5), np.uint8))
     np.testing.assert_allclose(fast, generic, rtol=1e-6, atol=0)
+    # the shortlist's pair mask: skipped pairs untouched (the kernels add to ``out``), the others the
+    # same sums bit for bit
+    wanted = np.array([[1, 0, 0, 1, 0], [0, 0, 0, 0, 0], [1, 1, 1, 1, 1]], np.uint8)
+    for run, reference in ((kernels.ssim_sums, fast), (kernels._ssim_sums_generic, generic)):
+        masked = np.full((3, 5), -7.0)
+        run(*x, *y, weights, ssim.c1, ssim.c2 / ssim.k, masked, wanted)
+        assert np.array_equal(masked[wanted == 1], reference[wanted == 1] - 7.0)
+        assert np.all(masked[wanted == 0] == -7.0)
 
 
 @pytest.mark.parametrize("block", [1, 3, 4, 7])
