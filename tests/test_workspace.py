@@ -88,6 +88,7 @@ def test_init_writes_a_workspace_holding_only_this_audit(tmp_path):
     assert "off: needs a rating (--ratings)" in text and "off: needs a generator trained here" in text
     assert "6 held-out scans: calibrated calls need >= 19" in text
     assert plan["n_train"] == 10 and plan["n_patients"] == 5 and plan["pairs"] == (5 + 6) * 10
+    assert plan["search"] == {"mode": "exhaustive", "pairs": 110, "threshold": 200_000}  # relict.search: small
     assert plan["summary"]["shape"] == list(SHAPE) and plan["warning"] is None
     for f in ("Snakefile", "dvc.yaml", ".dvc/config", "profiles/default/config.yaml", "profiles/slurm/config.yaml"):
         assert (tmp_path / "ws" / f).is_file(), f
@@ -432,3 +433,17 @@ def test_a_failing_init_leaves_nothing_and_can_be_run_again(tmp_path, monkeypatc
     with pytest.raises(WorkspaceError, match="not an empty folder"):
         write_workspace(tmp_path / "busy", _inputs(d), progress=lambda m: None)
     assert (tmp_path / "busy" / "notes.txt").read_text() == "mine"
+
+
+def test_init_plans_the_search_the_workflow_will_choose():
+    """relict.search: exhaustive up to auto_above_pairs, the shortlist above it, with the pairs it computes
+    (K = 4n candidates per volume and the sampled rows' every pair), as the plan (workflow_plan) decides."""
+    from synthaudit.relict import search
+    from synthaudit.workspace import _search_plan
+
+    small = _search_plan(50, 20, 774, 50)
+    assert small == {"mode": "exhaustive", "pairs": 70 * 774, "threshold": 200_000}
+    big = _search_plan(5000, 100, 10_000, 50)
+    assert big["mode"] == "shortlist" and big["k"] == 200 and big["sample"] == 40
+    assert big["pairs"] == 5100 * 200 + 40 * (10_000 - 200)
+    assert search.choose_mode(5100, 10_000, search.DEFAULTS) == "shortlist"
