@@ -50,6 +50,29 @@ def test_gemm_preselection_equals_the_fft_reference():
     assert np.all(coarse.aligned <= coarse.plain * (1 + 1e-6))
 
 
+def test_gemm_preselection_within_a_shortlist_is_the_full_search_restricted_to_it():
+    """relict.search: ``allowed`` limits each synthetic volume's candidates to its shortlist; with every
+    training volume allowed it is the full search, and a shortlist holding the true source keeps it first."""
+    training = [head(s) for s in range(10, 20)]
+    syn = [al._integer_shift(np.flip(training[5], 0).copy(), (1, 0, -2)), head(40)]
+    small_t, small_s = [al.block_mean(v, 2) for v in training], [al.block_mean(v, 2) for v in syn]
+    full = al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=3, threads=1)
+    every = al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=3, threads=1, allowed=[np.arange(10)] * 2)
+    np.testing.assert_array_equal(every[0], full[0])
+    assert every[1] == full[1]
+    allowed = [np.array([9, 5, 1, 3]), np.array([0, 2, 4, 6, 8])]
+    part = al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=3, threads=1, allowed=allowed)
+    for row, ok in zip(part[0], allowed):
+        assert set(row) <= set(ok)
+    assert part[0][0, 0] == 5
+    # the full search's ranking restricted to the allowed ones (exact scores: no pruning below k)
+    plain = al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=10, threads=1, prune=False)[0]
+    for row, ok, ref in zip(part[0], allowed, plain):
+        assert list(row) == [j for j in ref if j in set(ok)][:3]
+    with pytest.raises(ValueError, match="fewer than the 3 candidates"):
+        al.preselect_gemm(small_s, small_t, SPACE, [4.0] * 3, k=3, threads=1, allowed=[np.array([1, 2])] * 2)
+
+
 def test_local_shift_equals_brute_force_and_descends_to_the_optimum():
     a, t = head(1, (14, 12, 11)), head(2, (14, 12, 11))
     loc = al.LocalShift(a.shape, (3, 2, 3))

@@ -409,8 +409,15 @@ def test_shortlist_search_gives_the_exhaustive_ranking_and_measures_its_recall(t
 
     p["relict"]["search"].update(mode="shortlist", shortlist={"factor": 2, "block_mm": 8.0},
                                  recall={"sample": 2, "seed": 0, "min_recall": 0.999})
+    # the alignment-aware level on the shortlist too: each volume aligned among its candidates only
+    p["relict"]["alignment"].update(datasets=["mydata"], measures=["mae"], candidates=2)
     write_params(wd, p)
     snakemake(wd, "relict_all", "verdict")
+    aligned = np.load(wd / "results/relict/mydata/measures/mae_aligned.npz")
+    shortlisted = np.isfinite(np.load(wd / "results/relict/mydata/measures/mae.npz")["distances"])
+    assert np.array_equal(np.isfinite(aligned["distances"]), shortlisted)  # aligned among the shortlist only
+    assert np.all(aligned["distances"][shortlisted] <= full["mae"]["distances"][shortlisted] + 1e-9)
+    assert json.loads((wd / "results/relict/mydata/search/mae_aligned.json").read_text())["mode"] == "shortlist"
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
     shortlist = np.load(wd / "results/relict/mydata/shortlist/synthetic.npz")
     assert int(shortlist["k"]) == 4 and len(shortlist["sampled"]) == 2

@@ -132,7 +132,7 @@ def run(args) -> dict:
         short_syn, s_syn = _engine(syn, train, measure, data_range, args.threads, masks["synthetic"])
         short_held, s_held = _engine(held, train, measure, data_range, args.threads, masks["heldout"])
         pairs_short = int(masks["synthetic"].sum() + masks["heldout"].sum())
-        pairs_cand = int(shortlists["synthetic"].shortlisted(stage).sum() + shortlists["heldout"].shortlisted(stage).sum())
+        pairs_cand = int(sum(shortlists[role].shortlisted(stage).sum() for role in shortlists))
         _log(f"{measure}: shortlist {pairs_short} pairs in {s_syn + s_held:.1f} s")
         # 3. exhaustive: every row (the reference)
         full_syn, f_syn = _engine(syn, train, measure, data_range, args.threads, None)
@@ -229,8 +229,9 @@ def projection(out: dict, shape: tuple, per_pair_1mm: dict | None = None) -> lis
     The per-pair cost of every measure and the per-volume cost of the cheap stage grow with
     the voxels (they stream them); the k-NN's matrix product grows with the queries x
     training x dims. ``per_pair_1mm`` replaces a measure's scaled cost by one measured at
-    1 mm (docs/benchmarks.md: cache effects make SSIM at 1 mm dearer than the voxel ratio says). One node is this machine (2 cores); 50 nodes split the pairs and the
-    volumes evenly (shards), the k-NN runs once. Reading the volumes from disk is not included.
+    1 mm (docs/benchmarks.md: cache effects make SSIM at 1 mm dearer than the voxel ratio
+    says). One node is this machine (2 cores); 50 nodes split the pairs and the volumes
+    evenly (shards), the k-NN runs once. Reading the volumes from disk is not included.
     """
     scale = math.prod(GRID_1MM) / math.prod(shape)
     s, t = PROJECTED["n_synthetic"], PROJECTED["n_training"]
@@ -269,7 +270,8 @@ def markdown(out: dict) -> str:
              "| measure | search | wall s | pairs | recall top-n (all / sampled) | max ratio error | calls changed |",
              "|---|---|---|---|---|---|---|"]
     for m, r in out["measures"].items():
-        lines.append(f"| {m} | exhaustive | {r['exhaustive']['wall_s']:.1f} | {r['exhaustive']['pairs']:,} | 1 | 0 | - |")
+        ex = r["exhaustive"]
+        lines.append(f"| {m} | exhaustive | {ex['wall_s']:.1f} | {ex['pairs']:,} | 1 | 0 | - |")
         sh = r["shortlist"]
         lines.append(f"| {m} | shortlist | {sh['wall_s']:.1f} | {sh['candidate_pairs']:,} candidates "
                      f"({100 * sh['candidate_fraction']:.1f} %) + {sh['sample_pairs']:,} sampled rows "

@@ -145,6 +145,7 @@ rule relict_align:
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
         plain=lambda wc: [f"results/relict/{wc.dataset}/measures/{m}.npz" for m in ALIGN["measures"]],
         grid=grid_json,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "synthetic"),
     output:
         measures=[f"results/relict/{{dataset}}/measures/{m}.npz" for m in ALIGNED_MEASURES],
         table="results/relict/{dataset}/alignment.tsv",
@@ -233,6 +234,7 @@ use rule relict_align as relict_heldout_align with:
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
         plain=lambda wc: [f"results/relict/{wc.dataset}/heldout/{m}.npz" for m in ALIGN["measures"]],
         grid=grid_json,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "heldout"),
     output:
         measures=[f"results/relict/{{dataset}}/heldout/{m}.npz" for m in ALIGNED_MEASURES],
         table="results/relict/{dataset}/heldout/alignment.tsv",

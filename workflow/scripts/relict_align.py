@@ -17,6 +17,7 @@ from synthaudit.io import check_on_grid, load_volume, write_tsv
 from synthaudit.logs import Progress, logged
 from synthaudit.relict import alignment as al
 from synthaudit.relict import matrix
+from synthaudit.relict import search as relict_search
 
 with logged(snakemake.log[0]) as log:
     cfg = snakemake.params.alignment
@@ -51,8 +52,15 @@ with logged(snakemake.log[0]) as log:
         log.info("pre-selection on %d-voxel block means (%s mm; preselect_block_mm %s, memory budget %.1f GB)",
                  factor_pre, " x ".join(f"{factor_pre * s:.2g}" for s in grid["spacing_mm"]),
                  cfg["preselect_block_mm"], budget / 1e9)
+        allowed = None
+        if snakemake.input.get("shortlist"):  # relict.search: align among each volume's shortlist only
+            shortlist = relict_search.aligned_to(relict_search.Shortlist.load(snakemake.input.shortlist[0]),
+                                                 syn_ids, train_ids, "the dataset's plan")
+            mask = shortlist.pairs("raw")
+            allowed = [np.flatnonzero(row) for row in mask]
+            log.info("shortlist search: pre-selection among %d of %d pairs", int(mask.sum()), mask.size)
         candidates, hypotheses, spacing, background = al.preselect_volumes(
-            snakemake.input.synthetic, snakemake.input.training, loaded, space, k, factor_pre,
+            snakemake.input.synthetic, snakemake.input.training, loaded, space, k, factor_pre, allowed=allowed,
             n_hypotheses=int(cfg["hypotheses"]), workers=snakemake.threads, max_stack_bytes=budget,
             progress=Progress(log, "pre-selection on block means: synthetic volumes", n_syn))
         t_pre = time.perf_counter() - start

@@ -76,7 +76,8 @@ with logged(snakemake.log[0]) as log:
     write_json(snakemake.output.search, report)
     if report["mode"] == "shortlist":
         log.info("%s: shortlist search computed %d of %d pairs (%.1f %%); on %d volumes searched exhaustively the "
-                 "recall of the exact %d closest is %.4f (lowest %.4f), the largest ratio error %.3g, calls changed: %s",
+                 "recall of the exact %d closest is %.4f (lowest %.4f), the largest ratio error %.3g, "
+                 "calls changed: %s",
                  measure, report["pairs_computed"], report["pairs_total"], 100 * report["pairs_fraction"],
                  report["n_sampled"], result.n_used, report["recall_top_n"] or float("nan"),
                  report["min_recall"] or float("nan"), report["max_ratio_error"] or 0.0, report["calls_changed"])

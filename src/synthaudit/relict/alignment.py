@@ -410,14 +410,16 @@ Loader = Callable[[object], tuple[np.ndarray, np.ndarray]]  # a volume's referen
 def preselect_volumes(synthetic: Sequence, training: Sequence, load: Loader, space: SearchSpace, k: int,
                       factor: int, n_hypotheses: int = 2, workers: int = 1,
                       progress: Callable[[int, int], None] | None = None, engine: str = "gemm",
-                      device: str = "cpu", background: float | None = None, max_stack_bytes: float = 4e9
+                      device: str = "cpu", background: float | None = None, max_stack_bytes: float = 4e9,
+                      allowed: Sequence[np.ndarray] | None = None
                       ) -> tuple[np.ndarray, list[list[list[Hypothesis]]], list[float], float]:
     """:func:`preselect` on volumes read by ``load``, each read once and kept only block-averaged
     (all of them at full resolution need not fit in memory). ``engine``: "gemm"
     (:func:`preselect_gemm`, the same candidates ~20x faster; ``device`` for its products)
     or "fft" (:func:`preselect`, the reference). ``background`` is subtracted from every
     volume first, so that shifts and rotations pad with it; None: the training volumes'
-    :func:`background_level`, measured as they are read.
+    :func:`background_level`, measured as they are read. ``allowed``: per synthetic volume, the
+    training indices it may be aligned with (the shortlist; gemm engine only).
 
     Returns:
         ``(candidates, hypotheses, spacing_mm, background)``; the full-resolution spacing is the
@@ -448,8 +450,11 @@ def preselect_volumes(synthetic: Sequence, training: Sequence, load: Loader, spa
     if engine == "gemm":
         candidates, hypotheses, _ = preselect_gemm(small_syn, small_train, space, sp, k, n_hypotheses=n_hypotheses,
                                                    device=device, threads=workers, progress=progress,
-                                                   mirrored=mirrored, max_stack_bytes=max_stack_bytes)
+                                                   mirrored=mirrored, max_stack_bytes=max_stack_bytes,
+                                                   allowed=allowed)
     elif engine == "fft":
+        if allowed is not None:
+            raise ValueError("the fft pre-selection searches every pair; the shortlist needs engine 'gemm'")
         candidates, hypotheses = preselect(small_syn, small_train, space, sp, k, factor=1, n_hypotheses=n_hypotheses,
                                            workers=workers, progress=progress, mirrored=mirrored)
     else:
@@ -963,7 +968,8 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
                    space: SearchSpace, spacing_mm: Sequence[float], k: int, n_hypotheses: int = 2,
                    device: str = "cpu", threads: int | None = None, rows_per_gemm: int = 512,
                    prune: bool = True, progress: Callable[[int, int], None] | None = None,
-                   stats: dict | None = None, max_stack_bytes: float = 4e9, mirrored: Sequence[dict] | None = None
+                   stats: dict | None = None, max_stack_bytes: float = 4e9, mirrored: Sequence[dict] | None = None,
+                   allowed: Sequence[np.ndarray] | None = None
                    ) -> tuple[np.ndarray, list[list[list[Hypothesis]]], CoarseErrors]:
     """:func:`preselect` (with ``factor=1``: inputs already block-averaged) by matrix products
     instead of one FFT per pair and group element.
@@ -998,6 +1004,9 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
             left after each bound (the last: those scored exactly).
         mirrored: per synthetic volume, ``{flips: block means of the mirrored volume}``
             (:func:`preselect_volumes`); None mirrors the block means themselves.
+        allowed: per synthetic volume, the training indices it may be aligned with (the
+            shortlist search, ``relict.search``: its candidates); the others are never
+            scored and are not candidates. None: every training volume.
 
     Returns:
         ``(candidates, hypotheses, coarse)`` as :func:`preselect`, plus :class:`CoarseErrors`
@@ -1098,11 +1107,14 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
 
             score = np.full((len(group), n_t), np.inf)
             upper = coarse.plain[i] * n_vox  # the identity's squared error: an upper bound of each best
-            if levels:
+            mine = np.arange(n_t) if allowed is None else np.unique(np.asarray(allowed[i], np.int64))
+            if allowed is not None:  # pairs outside the shortlist: never candidates
+                upper = np.where(np.isin(np.arange(n_t), mine), upper, np.inf)
+            if levels and len(mine) > k:
                 # Early rejection: a pair whose lower bound exceeds the k-th smallest upper bound
                 # (the squared error at the transform its bound chose, or the identity's) cannot be
                 # a candidate; only the pairs left are scored exactly, over the whole group.
-                cols = np.arange(n_t)
+                cols = mine
                 sizes = []
                 for q in levels:
                     res, arg = scores(cols, q)
@@ -1118,11 +1130,14 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
                     stats["pairs_after_bounds"] = stats.get("pairs_after_bounds", []) + [sizes]
                 score[:, cols] = scores(cols, 1)[0]
             else:
-                score[:] = scores(np.arange(n_t), 1)[0]
+                score[:, mine] = scores(mine, 1)[0]
             best = score.min(axis=0)
             # pairs not scored exactly: the squared error at their bound's transform (>= their best);
             # the identity is in the group: never above plain (the two differ by float32 rounding only)
             coarse.aligned[i] = np.minimum(np.where(np.isfinite(best), best, upper) / n_vox, coarse.plain[i])
+            if len(mine) < k:
+                raise ValueError(f"synthetic volume {i}: {len(mine)} allowed training volumes, fewer than the "
+                                 f"{k} candidates asked for")
             out[i] = np.lexsort((np.arange(n_t), best))[:k]
             hyps.append([_hypotheses_of(score[:, j], group, space, n_hypotheses) for j in out[i]])
             if progress:

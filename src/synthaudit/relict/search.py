@@ -88,7 +88,8 @@ def choose_mode(n_queries: int, n_training: int, cfg: dict) -> str:
 def shortlist_size(n_closest: int, n_training: int, factor: float) -> int:
     """K, the candidates per query: ``ceil(factor x n)``, at least n, at most the training set."""
     if factor < 1:
-        raise ValueError(f"relict.search.shortlist.factor must be at least 1 (K >= n keeps the ratio's n), got {factor}")
+        raise ValueError(f"relict.search.shortlist.factor must be at least 1 (K >= n keeps the ratio's n), "
+                         f"got {factor}")
     return int(min(n_training, max(n_closest, math.ceil(factor * n_closest))))
 
 
