@@ -13,7 +13,8 @@ from synthaudit.relict.ratio import distance_ratio
 def test_block_means_are_the_means_of_each_block_partial_blocks_included():
     rng = np.random.default_rng(0)
     v = rng.random((5, 7, 4))
-    got = search.block_means(v, (2, 3, 4)).reshape(3, 3, 1)
+    sums, counts = search._block_sums(v, (2, 3, 4))
+    got = sums / counts
     for i, (a, b) in enumerate([(0, 2), (2, 4), (4, 5)]):
         for j, (c, d) in enumerate([(0, 3), (3, 6), (6, 7)]):
             assert got[i, j, 0] == pytest.approx(v[a:b, c:d, :].mean())

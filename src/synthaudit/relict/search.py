@@ -40,12 +40,9 @@ import numpy as np
 from ..io import atomic_path
 
 MODES = ("auto", "exhaustive", "shortlist")
-# Which block means each measure is shortlisted by: a measure blind to a linear change
-# of intensity (NCC) by per-volume standardised means, the segmentation level by the
-# class masks' means (fraction of each block in each class), every other by raw means.
-STAGE_OF_MEASURE = {"ncc": "standardised", "dice_binary": "labels", "dice_multiclass": "labels",
-                    "asd_binary": "labels", "asd_multiclass": "labels"}
-STAGES = ("raw", "standardised", "labels")
+# Which block means each image measure is shortlisted by: a measure blind to a linear change
+# of intensity (NCC) by the volume standardised first, every other by the raw volume.
+STAGE_OF_MEASURE = {"ncc": "standardised"}
 # params.yaml's relict.search, for params files written before it existed
 DEFAULTS = {"mode": "auto", "auto_above_pairs": 200_000, "shortlist": {"factor": 4, "block_mm": 6.0},
             "recall": {"sample": 20, "seed": 0, "min_recall": 0.999}}
@@ -101,7 +98,11 @@ def block_factors(block_mm: float, spacing_mm: Sequence[float], shape: Sequence[
 
 
 def _block_sums(volume: np.ndarray, factors: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
-    """Sums and voxel counts of the blocks (a partial last block on an axis is its own block)."""
+    """Sums and voxel counts of the blocks.
+
+    A partial last block on an axis is its own block: cropping it would drop up to a block's
+    width of anatomy at the edge of the field of view.
+    """
     v = np.asarray(volume, dtype=np.float64)
     counts = np.ones((1,) * v.ndim)
     for axis, f in enumerate(factors):
@@ -112,16 +113,6 @@ def _block_sums(volume: np.ndarray, factors: Sequence[int]) -> tuple[np.ndarray,
         shape[axis] = len(edges)
         counts = counts * np.diff(np.append(edges, n)).astype(np.float64).reshape(shape)
     return v, counts
-
-
-def block_means(volume: np.ndarray, factors: Sequence[int]) -> np.ndarray:
-    """Means over blocks of ``factors`` voxels, flattened (float64); a partial last block is its own mean.
-
-    Partial blocks keep the edge of the field of view (cropping them would drop up to a
-    block's width of anatomy on each axis).
-    """
-    sums, counts = _block_sums(volume, factors)
-    return (sums / counts).ravel()
 
 
 def cheap_vector(volume: np.ndarray, factors: Sequence[int], standardise: bool = False) -> np.ndarray:
@@ -147,11 +138,6 @@ def cheap_vector(volume: np.ndarray, factors: Sequence[int], standardise: bool =
         v = v / norm if norm > 0 else v
     sums, counts = _block_sums(v, factors)
     return (sums / np.sqrt(counts)).ravel().astype(np.float32)  # = mean x sqrt(count); float32 halves the memory
-
-
-def label_vector(labels: np.ndarray, classes: Sequence[int], factors: Sequence[int]) -> np.ndarray:
-    """Per class, the cheap stage of its mask, concatenated (for the segmentation level)."""
-    return np.concatenate([cheap_vector(np.asarray(labels) == c, factors) for c in classes])
 
 
 def cheap_vectors(volume: np.ndarray, factors: Sequence[int]) -> dict[str, np.ndarray]:
