@@ -8,7 +8,6 @@ run that never failed, bit for bit. The faults are injected by tests/faults/site
 (see there why not by a hook in the workflow, a tmpfs or LD_PRELOAD).
 """
 
-import contextlib
 import errno
 import glob
 import importlib.util
@@ -16,7 +15,6 @@ import io
 import os
 import re
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -29,7 +27,7 @@ from synthaudit.io import DiskFullError, atomic_directory, atomic_path
 from synthaudit.relict import matrix
 from synthaudit.relict.matrix import MeasureMatrix
 from test_workflow import _user_dataset
-from workflow_helpers import BIN, ROOT, env, snakemake, write_params
+from workflow_helpers import BIN, ROOT, env, kill_group_when, snakemake, write_params
 
 FAULTS = Path(__file__).parent / "faults"
 _spec = importlib.util.spec_from_file_location("fault_injection", FAULTS / "sitecustomize.py")
@@ -223,16 +221,7 @@ def test_crash_during_gather_then_unlock_and_rerun_equals_an_uninterrupted_run(r
     with open(log, "w") as out:
         run = subprocess.Popen(_command(wd, RANKING), cwd=wd, env=faults, stdout=out, stderr=subprocess.STDOUT,
                                start_new_session=True)  # its own process group, which the kill takes whole
-    try:
-        deadline = time.monotonic() + 120
-        while not flag.exists():
-            assert run.poll() is None, f"the run ended before the gather was held:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"the gather was not held in 120 s:\n{log.read_text()[-4000:]}"
-            time.sleep(0.05)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(run.pid, signal.SIGKILL)
-        run.wait()
+    kill_group_when(run, flag.exists, 120, log, "the gather was held", poll_s=0.05)
     _wait_until_dead(int(flag.read_text()))
 
     assert matrix.load(wd / GATHERED).shape == (4, 6)  # landed whole: it would pass for a result

@@ -185,3 +185,24 @@ def test_masked_engine_computes_exactly_the_wanted_pairs(backend):
             np.testing.assert_allclose(part[m][pairs], full[m][pairs], rtol=0, atol=1e-8)
     with pytest.raises(ValueError, match="pairs has shape"):
         all_pairs_image_measures(syn, train, ["mae"], data_range=1.0, pairs=pairs[:, :4])
+
+
+def test_shortlisted_engine_reads_only_the_training_volumes_a_pair_needs():
+    from synthaudit.relict.image_measures import shortlisted_image_measures
+
+    rng = np.random.default_rng(6)
+    syn = rng.random((3, 12, 13, 14), dtype=np.float32)
+    train = rng.random((6, 12, 13, 14), dtype=np.float32)
+    pairs = np.zeros((3, 6), bool)
+    pairs[0, 1] = pairs[2, 4] = pairs[1, 4] = True
+    read = []
+
+    def load(j):
+        read.append(j)
+        return train[j]
+
+    got = shortlisted_image_measures(syn, load, 6, ["mae", "ssim"], pairs, data_range=1.0)
+    full = all_pairs_image_measures(syn, train, ["mae", "ssim"], data_range=1.0)
+    assert read == [1, 4]
+    for m in ("mae", "ssim"):
+        assert np.array_equal(got[m][pairs], full[m][pairs]) and np.all(np.isnan(got[m][~pairs]))

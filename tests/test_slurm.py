@@ -10,10 +10,8 @@ both. Without ``sinfo`` answering they are skipped, and ``make test`` deselects 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -22,7 +20,7 @@ import pytest
 import yaml
 
 from test_workspace import _folders
-from workflow_helpers import BIN, ROOT, env, init_labelled_audit
+from workflow_helpers import BIN, ROOT, env, init_labelled_audit, kill_group_when
 
 FAULTS = Path(__file__).parent / "faults"
 
@@ -138,17 +136,9 @@ def test_killed_master_then_unlock_and_rerun_completes_as_the_local_run(audit):
     with open(log, "w") as out:
         master = subprocess.Popen(_slurm_command(profile), cwd=ws, env=env(), stdout=out, stderr=subprocess.STDOUT,
                                   start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        measures = ws / "results/relict/audit/measures"
-        while not (measures.is_dir() and any(measures.glob("*.npz"))):  # some jobs done, more to come
-            assert master.poll() is None, f"the run ended before it was killed:\n{log.read_text()[-4000:]}"
-            assert time.monotonic() < deadline, f"no measure gathered in 300 s:\n{log.read_text()[-4000:]}"
-            time.sleep(1)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(master.pid, signal.SIGKILL)
-        master.wait()
+    measures = ws / "results/relict/audit/measures"
+    kill_group_when(master, lambda: measures.is_dir() and any(measures.glob("*.npz")),  # some jobs done, more to come
+                    300, log, "a measure was gathered")
     assert not (ws / "results/metrics/relict.json").exists(), "killed too late: the audit had finished"
     _queue_empty()
     subprocess.run(_slurm_command(profile) + ["--unlock"], cwd=ws, env=env(), check=True, capture_output=True)

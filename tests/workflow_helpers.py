@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import yaml
@@ -177,3 +180,20 @@ def image_level_only(params: dict) -> dict:
     params["datasets"]["ncct_demo"].pop("segmentation")
     params["relict"]["measures"] = ["mae", "rmse", "ssim"]
     return params
+
+
+def kill_group_when(proc: subprocess.Popen, ready, timeout_s: float, log: Path, what: str,
+                    poll_s: float = 1.0) -> None:
+    """Wait until ``ready()`` while the run goes on, then SIGKILL its whole process group (a crash,
+    the OOM killer, a closed login session). The run must have been started with
+    ``start_new_session=True``; it is killed even when the wait fails."""
+    try:
+        deadline = time.monotonic() + timeout_s
+        while not ready():
+            assert proc.poll() is None, f"the run ended before {what}:\n{log.read_text()[-4000:]}"
+            assert time.monotonic() < deadline, f"{what}: not within {timeout_s:g} s:\n{log.read_text()[-4000:]}"
+            time.sleep(poll_s)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()

@@ -33,7 +33,7 @@ import numpy as np
 
 from synthaudit.io import write_json
 from synthaudit.relict import calibration, search
-from synthaudit.relict.image_measures import all_pairs_image_measures
+from synthaudit.relict.image_measures import all_pairs_image_measures, shortlisted_image_measures
 from synthaudit.relict.ratio import distance_ratio
 from synthaudit import registry
 
@@ -67,11 +67,8 @@ def _engine(rows: np.ndarray, train: np.ndarray, measure: str, data_range: float
             pairs: np.ndarray | None) -> tuple[np.ndarray, float]:
     """The workflow's engine on ``rows`` x every training volume (only ``pairs`` when given); values and seconds."""
     start = time.perf_counter()
-    cols = np.arange(len(train)) if pairs is None else np.flatnonzero(pairs.any(axis=0))
-    values = np.full((len(rows), len(train)), np.nan)
-    values[:, cols] = all_pairs_image_measures(rows, (train[c] for c in cols), [measure], data_range=data_range,
-                                               threads=threads, n_training=len(cols),
-                                               pairs=None if pairs is None else pairs[:, cols])[measure]
+    values = shortlisted_image_measures(rows, train.__getitem__, len(train), [measure], pairs, data_range=data_range,
+                                        threads=threads)[measure]
     return values, time.perf_counter() - start
 
 

@@ -232,7 +232,8 @@ class WorkflowPlan:
                                               grid["shape"])
         dims = math.prod(math.ceil(n / f) for n, f in zip(grid["shape"], factors))
         volume = math.prod(grid["shape"]) * 8 * 3  # one volume read and its float64 copies
-        return int(1500 + (2 * 4 * (n_queries + n_training) * dims + 8 * n_training * dims + 8 * 32e6 + volume) / 2**20)
+        vectors = 2 * 4 * (n_queries + n_training) * dims + 8 * n_training * dims  # both stages; float64 copy
+        return int(1500 + (vectors + 8 * 32e6 + volume) / 2**20)  # + one chunk of distances, one volume
 
     def shortlisted(self, dataset: str) -> bool:
         """Whether the dataset's training set is searched by shortlist (relict.search)."""

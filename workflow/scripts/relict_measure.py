@@ -9,7 +9,7 @@ from synthaudit.io import check_on_grid, load_volume
 from synthaudit.logs import Progress, logged
 from synthaudit import registry
 from synthaudit.relict import search
-from synthaudit.relict.image_measures import all_pairs_image_measures
+from synthaudit.relict.image_measures import shortlisted_image_measures
 from synthaudit.relict.matrix import MeasureMatrix
 
 
@@ -48,25 +48,23 @@ with logged(snakemake.log[0]) as log:
 
     synthetic = np.stack([loaded(p) for p in snakemake.input.synthetic])
     n_train = len(snakemake.input.training)
-    pairs, columns = None, np.arange(n_train)
+    pairs = None
     if snakemake.input.get("shortlist"):
         pairs = shortlist_pairs(snakemake.input.shortlist[0], syn_ids, train_ids, measure)
-        columns = np.flatnonzero(pairs.any(axis=0))  # training volumes no pair needs are never read
         log.info("%s: shortlist search (relict.search): %d of %d pairs (%.1f %%), %d of %d training volumes read",
-                 measure, int(pairs.sum()), pairs.size, 100.0 * pairs.sum() / max(pairs.size, 1), len(columns),
-                 n_train)
+                 measure, int(pairs.sum()), pairs.size, 100.0 * pairs.sum() / max(pairs.size, 1),
+                 int(pairs.any(axis=0).sum()), n_train)
     rng, rng_from = data_range(snakemake.params.ssim, grid, snakemake.input.training_qc)
     log.info("%s: %d synthetic x %d training volumes of %s (SSIM data range %.4g from %s)", measure,
              len(synthetic), n_train, list(synthetic.shape[1:]), rng, rng_from)
     start = time.perf_counter()
-    values = np.full((len(synthetic), n_train), np.nan)
-    values[:, columns] = all_pairs_image_measures(
-        synthetic, (loaded(snakemake.input.training[c]) for c in columns), [measure], data_range=rng,
+    # training volumes no pair needs are never read (the shortlist search)
+    values = shortlisted_image_measures(
+        synthetic, lambda c: loaded(snakemake.input.training[c]), n_train, [measure], pairs, data_range=rng,
         ssim_sigma=snakemake.params.ssim["sigma"], ssim_truncate=snakemake.params.ssim["truncate"],
         use_sample_covariance=snakemake.params.ssim["use_sample_covariance"],
-        progress=Progress(log, f"{measure}: training volumes compared", len(columns)), n_training=len(columns),
+        progress=Progress(log, f"{measure}: training volumes compared", None),
         threads=snakemake.threads, device=snakemake.config.get("compute", {}).get("device", "auto"),
-        pairs=None if pairs is None else pairs[:, columns],
     )[measure]
     seconds = time.perf_counter() - start
     distances = registry.to_distance(measure, values)

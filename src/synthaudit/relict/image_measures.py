@@ -233,6 +233,29 @@ def all_pairs_image_measures(
     return _masked({m: out[m] for m in wanted}, pairs)
 
 
+def shortlisted_image_measures(synthetic: np.ndarray, load_training: Callable[[int], np.ndarray], n_training: int,
+                               measures: Sequence[str], pairs: np.ndarray | None, **settings
+                               ) -> dict[str, np.ndarray]:
+    """:func:`all_pairs_image_measures` on the ``pairs`` mask (the shortlist search), reading only the
+    training volumes some wanted pair needs: ``load_training(j)`` reads volume j of ``n_training``.
+
+    Returns full (S, T) matrices, NaN where no pair was wanted (``pairs`` None: every pair,
+    every volume read). ``settings`` go to :func:`all_pairs_image_measures` (``n_training`` and
+    the progress total then count the volumes read).
+    """
+    columns = np.arange(n_training) if pairs is None else np.flatnonzero(np.asarray(pairs, bool).any(axis=0))
+    got = all_pairs_image_measures(synthetic, (load_training(int(c)) for c in columns), measures,
+                                   n_training=len(columns), pairs=None if pairs is None else pairs[:, columns],
+                                   **settings)
+    if pairs is None:
+        return got
+    out = {}
+    for m, values in got.items():
+        out[m] = np.full((len(synthetic), n_training), np.nan)
+        out[m][:, columns] = values
+    return out
+
+
 def _masked(values: dict[str, np.ndarray], pairs: np.ndarray | None) -> dict[str, np.ndarray]:
     """NaN for every pair the mask did not ask for: a value never computed is never read as one."""
     if pairs is not None:
