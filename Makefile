@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist
+.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -107,8 +107,15 @@ report: $(STAMP)
 bench: $(STAMP)
 	$(BENCH) synthaudit_bench --scale ncct tof
 	$(BENCH) synthaudit_bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
-	$(BENCH) synthaudit_bench.alignment --scale ncct --out results/bench/alignment_ncct.json
+	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 50 --out results/bench/alignment_ncct.json
+	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 100 --reference-k 150 \
+		--out results/bench/alignment_ncct_k100.json
 	$(BENCH) synthaudit_bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
+
+# the aligned ratio's candidates against every training volume aligned (four synthetic volumes of the
+# NCCT bench cohort, ~7 min; docs/benchmarks.md): results/bench/alignment_recall_ncct.json
+bench-alignment-recall: $(STAMP)
+	$(BENCH) synthaudit_bench.alignment_recall --synthetic 12,2,0,3 --out results/bench/alignment_recall_ncct.json
 
 # the shortlist search at 2,000 training x 200 synthetic volumes (3 mm), with a projection to
 # 10,000 x 5,000 at 1 mm (docs/large_datasets.md): results/bench/shortlist_scale.{json,md}

@@ -163,6 +163,46 @@ def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
     assert len(out["coarse_to_fine_vs_full_resolution"]["pairs"]) >= 1
 
 
+def test_scale_bench_at_k_at_least_n_is_checked_against_twice_the_candidates():
+    """K >= n (issue 31 part 3): no block-mean estimate stage, and the reference aligns 2K
+    candidates, so the output says whether K held the n closest aligned distances."""
+    from synthaudit_bench.alignment_scale import run_scale
+
+    shape = (32, 36, 30)
+    training = np.stack([np.rint(head(s, shape) * 100) for s in range(50, 62)]).astype(np.int16)
+    rng = np.random.default_rng(0)
+    synthetic = np.stack([np.rint(head(s, shape) * 100) for s in range(80, 86)]).astype(np.int16)
+    synthetic[0] = np.clip(training[3] + rng.normal(0, 1, shape), 0, 100).astype(np.int16)
+    space = al.SearchSpace(flip_axes=(0,), max_shift_mm=6.0, subvoxel=True, rotation_deg=(-5.0, 5.0),
+                           rotation_axes=(2,))
+    out = run_scale(synthetic, training, [3] + [-1] * 5, 2.0, 100.0, space, k=4, n=4, preselect_factor=2,
+                    coarse_factor=2, n_per_kind=1, exact_subset=3, reference_pairs=0, threads=1, target_s=None,
+                    log=lambda m: None)
+    assert out["ratio"].startswith("exact") and out["reference_candidates"] == 8
+    assert out["seconds"]["denominator_estimate_s"] < 0.05  # nothing estimated: all n aligned
+    err = out["ratio_error_vs_exact"]["rmse_aligned"]
+    assert len(err["synthetic"]) == 3 and err["numerator_exact"]
+    # more candidates aligned can only lower the denominator: the run's ratio is never above the reference's
+    assert err["never_above_exact"] and err["max_abs_error"] == pytest.approx(
+        max(b - a for a, b in zip(err["ratio_fast"], err["ratio_exact"])), abs=1e-15)
+
+
+def test_alignment_recall_report_finds_the_k_that_holds_the_n_closest():
+    from synthaudit_bench.alignment_recall import orderings_report
+
+    aligned = np.array([1.0, 5.0, 2.0, 9.0, 3.0, 8.0])
+    plain = aligned + 10.0
+    good = np.array([0, 2, 4, 1, 5, 3])  # the aligned order itself
+    late = np.array([1, 3, 5, 0, 2, 4])  # the 3 closest come last
+    rep = orderings_report(aligned, {"good": good, "late": late}, plain, n=3, ks=[3, 6])
+    assert rep["ratio_exact"] == pytest.approx(1.0 / 2.0)
+    assert rep["orderings"]["good"]["k_for_recall_1"] == 3
+    assert rep["orderings"]["late"]["k_for_recall_1"] == 6
+    at3 = rep["orderings"]["late"]["at_k"][0]
+    assert at3["recall"] == 0.0 and at3["ratio"] == pytest.approx(5.0 / np.mean([5.0, 8.0, 9.0]))
+    assert rep["orderings"]["late"]["at_k"][1]["ratio_error"] == pytest.approx(0.0)
+
+
 @pytest.mark.parametrize("q", [2, 3, 4])
 def test_pooled_shift_stack_equals_block_means_of_shifted_volumes(q):
     a = head(9, (13, 11, 10))

@@ -32,7 +32,9 @@ def test_n_closest_is_relicts_50_where_the_training_set_allows(tmp_path, n_train
     plan = write_workspace(tmp_path / "ws", _folders(tmp_path / "in", n_train), progress=lambda m: None)
     p = _params(tmp_path / "ws")
     assert p["relict"]["n_closest"] == n_expected == plan["derived"]["n_closest"]
-    assert p["relict"]["alignment"]["candidates"] == n_expected  # every distance of the ratio aligned
+    # K = 2n candidates aligned, at most the training set (the recall bench: K = n missed some of the n closest)
+    assert p["relict"]["alignment"]["candidates"] == min(2 * n_expected, n_train)
+    assert p["relict"]["alignment"]["candidates"] >= p["relict"]["n_closest"]
     text = (tmp_path / "ws/params.yaml").read_text()
     assert f"{n_train} training scans" in text  # the comment says where the value came from
     if n_expected < 50:

@@ -389,3 +389,27 @@ def test_average_ranks_equal_scipy_rankdata_with_ties():
         x = rng.integers(0, 6, size=int(rng.integers(1, 40))).astype(float)
         assert np.array_equal(average_ranks(x), rankdata(x))
     assert average_ranks(np.array([])).shape == (0,)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_pair_mask_and_preselection_match_cpu():
+    """The shortlist's pair mask (relict.search) and the alignment's pre-selection on the GPU give
+    the CPU's values: the paths the users' clusters take."""
+    from synthaudit.relict import alignment as al
+
+    rng = np.random.default_rng(5)
+    syn = structured(rng, (40, 48, 36), 3)
+    train = structured(rng, (40, 48, 36), 5)
+    mask = rng.random((3, 5)) < 0.5
+    mask[:, 0] = True
+    cpu = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, device="cpu", pairs=mask)
+    gpu = all_pairs_image_measures(syn, train, MEASURES, data_range=1.0, device="cuda", pairs=mask)
+    for m in MEASURES:
+        assert np.array_equal(np.isnan(gpu[m]), ~mask) and np.array_equal(np.isnan(cpu[m]), ~mask)
+        np.testing.assert_allclose(gpu[m][mask], cpu[m][mask], rtol=1e-6, atol=1e-6)
+    space = al.SearchSpace(flip_axes=(0,), max_shift_mm=8.0, rotation_deg=(-5.0, 5.0), rotation_axes=(2,))
+    small_s = [al.block_mean(v, 4) for v in syn]
+    small_t = [al.block_mean(v, 4) for v in train]
+    c_cpu = al.preselect_gemm(small_s, small_t, space, [4.0] * 3, 3, device="cpu", threads=2)
+    c_gpu = al.preselect_gemm(small_s, small_t, space, [4.0] * 3, 3, device="cuda", threads=2)
+    np.testing.assert_array_equal(c_gpu[0], c_cpu[0])

@@ -109,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--exact-subset", type=int, default=5,
                         help="ncct: synthetic volumes with all n nearest aligned, the exact reference "
                              "(default: %(default)s)")
+    parser.add_argument("--reference-k", type=int, default=None,
+                        help="ncct: candidates aligned for the exact reference (default: max(n, 2 K))")
     parser.add_argument("--reference-pairs", type=int, default=10,
                         help="ncct: candidate pairs also aligned by the full-resolution reference "
                              "(default: %(default)s)")
@@ -129,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.preselect_downsample is not None:
             kw["preselect_factor"] = args.preselect_downsample
         result = run_ncct(args.params, n=args.n, n_per_kind=args.per_kind, exact_subset=args.exact_subset,
-                          reference_pairs=args.reference_pairs, threads=args.threads, device=args.device,
+                          reference_pairs=args.reference_pairs, reference_k=args.reference_k,
+                          threads=args.threads, device=args.device,
                           target_s=args.target_s, **kw)
     else:
         result = run(args.spacing, args.synthetic, args.params)

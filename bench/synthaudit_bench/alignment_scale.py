@@ -85,8 +85,8 @@ def augmented_set(synthetic: np.ndarray, training: np.ndarray, replica_of: Seque
 def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[int], spacing_mm: float,
               data_range: float, space, *, k: int = 10, n: int = 50, preselect_factor: int = 4,
               coarse_factor: int = 2, hypotheses: int = 2, n_per_kind: int = 3, exact_subset: int = 5,
-              reference_pairs: int = 0, threads: int = 2, device: str = "cpu", target_s: float | None = 1200.0,
-              seed: int = 0, log: Callable[[str], None] = print) -> dict:
+              reference_pairs: int = 0, reference_k: int | None = None, threads: int = 2, device: str = "cpu",
+              target_s: float | None = 1200.0, seed: int = 0, log: Callable[[str], None] = print) -> dict:
     """The aligned ratio of every synthetic volume at n, timed per stage; see the module doc.
 
     Args:
@@ -94,7 +94,10 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         replica_of: per synthetic volume the training index it copies, -1 for none.
         k: candidates aligned per synthetic volume; n: the ratio's n closest.
         exact_subset: synthetic volumes (the first augmented replica of each kind, then
-            non-replicas) whose n nearest are all aligned: the exact reference.
+            non-replicas) that get the exact reference: their ``reference_k`` nearest by
+            pre-selection aligned (default max(n, 2k): with k < n every distance of the ratio
+            aligned; with k >= n, twice as many candidates as the run, which shows whether the
+            run's k already held the n closest aligned distances, i.e. whether its ratio is exact).
         reference_pairs: candidate pairs (of the subset) also aligned by the full-resolution
             reference :func:`align_pair_set`, to measure the coarse-to-fine search's difference.
     """
@@ -107,7 +110,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
     torch.set_num_threads(threads)
     sp = [float(spacing_mm)] * 3
     n_t = len(training)
-    k_ref = min(max(k, n), n_t)
+    k_ref = min(int(reference_k) if reference_k else max(n, 2 * k), n_t)
     t0 = time.perf_counter()
     syn, augmented = augmented_set(synthetic, training, replica_of, spacing_mm, n_per_kind, seed)
     made_s = time.perf_counter() - t0
@@ -162,7 +165,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
     t0 = time.perf_counter()
     coarse2 = al.CoarseErrors(np.full((len(syn), n_t), np.nan), np.full((len(syn), n_t), np.nan))
     n_est = 0
-    for i in range(len(syn)):
+    for i in range(len(syn) if k < n else 0):  # k >= n: every distance of the ratio is aligned already
         near = [int(j) for j in np.argsort(plain["rmse"][i], kind="stable")[:n] if j not in set(cand[i, :k].tolist())]
         won = list(dict.fromkeys((p.transform.flips, p.transform.rotation_axis, p.transform.angle_deg)
                                  for p in pairs[i]))
@@ -218,7 +221,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         summary[key]["plain_replicas_below_all_nonreplicas"] = (
             int(np.sum(r.ratio[plain_rep] < r.ratio[non].min())) if non and plain_rep else None)
 
-    # exact reference on a subset: all k_ref (= n) nearest by pre-selection aligned
+    # exact reference on a subset: the k_ref nearest by pre-selection aligned
     firsts = [next((a["index"] for a in augmented if a["kind"] == kind), None) for kind in KINDS]
     subset = [i for i in firsts if i is not None] + non + plain_rep
     subset = list(dict.fromkeys(subset))[:exact_subset]
@@ -283,7 +286,10 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
 
     return {
         "grid": list(np.asarray(training[0]).shape), "spacing_mm": spacing_mm, "n_synthetic": len(syn),
-        "n_training": n_t, "n_closest": n, "candidates": k, "preselect_downsample": preselect_factor,
+        "n_training": n_t, "n_closest": n, "candidates": k, "reference_candidates": k_ref,
+        "ratio": "exact (every candidate of the n closest aligned)" if k >= n else
+                 "conservative screen (candidates beyond k keep their plain distance)",
+        "preselect_downsample": preselect_factor,
         "coarse_to_fine_factor": coarse_factor, "hypotheses": hypotheses,
         "group_elements": len(space.flips()) * len(space.rotations()), "threads": threads, "device": device,
         "seconds": {**{f"{key}_s": round(v, 2) for key, v in times.items()}, "total_s": round(total, 2),
@@ -302,7 +308,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         "note": ("total = plain MAE/RMSE + pre-selection + alignment of K candidates + block-mean estimate + ratio; "
                  "workflow_aligned_ratio_s leaves out the estimate, which relict_align does not compute (the "
                  "*_aligned ratios do not use it); the exact reference aligns all n nearest (by pre-selection) of a "
-                 "subset. Non-candidates keep their plain distance "
+                 "subset, reference_candidates of them. Non-candidates keep their plain distance "
                  "(an upper bound of the aligned one: with an exact numerator the ratio is never above the exact "
                  "one); *_estimate* use the block-mean estimate for them (RMSE only, not one-sided)."),
     }

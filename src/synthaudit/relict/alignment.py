@@ -549,9 +549,22 @@ def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, cand
     return pairs
 
 
+def _rotate_fast(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence[float],
+                 workers: int = 1) -> np.ndarray:
+    """:func:`rotate` by :func:`~synthaudit.relict.align_kernels.affine_linear` (SciPy's values to
+    float32 rounding, ~4x faster): the coarse-to-fine search's rotations."""
+    if axis < 0 or angle_deg == 0:
+        return volume
+    from .align_kernels import affine_linear
+    from .geometry import rotation_pullback
+
+    m, offset = rotation_pullback(volume.shape, axis, angle_deg, spacing_mm)
+    return affine_linear(volume, m, offset, threads=workers)
+
+
 def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: SearchSpace,
                   spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None,
-                  refine_angle: bool = True) -> tuple[list[tuple[float, Transform]], Callable]:
+                  refine_angle: bool = True, rotate_fn: Callable = rotate) -> tuple[list[tuple[float, Transform]], Callable]:
     """The group search shared by :func:`align_pair_set` (full resolution) and
     :func:`_coarse_search` (block means): per target the lowest squared error over its
     hypotheses and every shift, then the local angle refinement about the best angle.
@@ -583,7 +596,7 @@ def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: Se
         key = (tuple(flips), axis, angle)
         if key not in cache:
             base = np.ascontiguousarray(np.flip(s, axis=flips) if flips else s)
-            vol = rotate(base, axis, angle, spacing_mm, workers=search.workers)
+            vol = rotate_fn(base, axis, angle, spacing_mm, workers=search.workers)
             cache[key] = (vol, search.moving(vol))
         return cache[key]
 
@@ -664,10 +677,18 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
 
 
 def _measured(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
-              spacing_mm: Sequence[float], exact: bool = False) -> PairResult:
+              spacing_mm: Sequence[float], exact: bool = False, threads: int | None = None) -> PairResult:
     """MAE and RMSE of the moved volume ``vol`` shifted (and intensity-fitted) by ``tr`` against ``t``
-    (``exact``: from the float64 difference, the reference path's definition)."""
+    (``exact``: from the float64 difference, the reference path's definition). Otherwise, without
+    an intensity fit, the shifted volume is never written out
+    (:func:`~synthaudit.relict.align_kernels.shifted_error_sums`: its voxels are :func:`apply`'s,
+    the float32 differences summed in float64 as :func:`_pair_measures` does)."""
     tr = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, tr.shift_vox)
+    if not exact and not space.intensity_affine:
+        from .align_kernels import shifted_error_sums
+
+        abs_sum, sq_sum = shifted_error_sums(vol, t, tr.shift_vox, threads=threads)
+        return PairResult(tr, abs_sum / t.size, math.sqrt(sq_sum / t.size))
     aligned = _aligned(vol, t, tr, space, spacing_mm)
     if exact:
         diff = aligned.astype(np.float64) - t
@@ -770,14 +791,18 @@ def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSp
                      rotvec_deg=tuple(float(x) for x in rotvec))
 
 
-def _never_above_plain(found: PairResult, s: np.ndarray, t: np.ndarray, exact: bool = False) -> PairResult:
+def _never_above_plain(found: PairResult, s: np.ndarray, t: np.ndarray, exact: bool = False,
+                       threads: int | None = None) -> PairResult:
     """``found``, or the identity with the plain values when those are lower (the identity is in
     the group: an aligned RMSE above the plain one is a search that lost, never a distance)."""
     if exact:
         diff = np.asarray(s, np.float64) - np.asarray(t, np.float64)
         plain = PairResult(Transform(), float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
     else:
-        plain = PairResult(Transform(), *_pair_measures(s, t))
+        from .align_kernels import shifted_error_sums
+
+        abs_sum, sq_sum = shifted_error_sums(s, t, (0.0, 0.0, 0.0), threads=threads)
+        plain = PairResult(Transform(), abs_sum / t.size, math.sqrt(sq_sum / t.size))
     return plain if plain.rmse < found.rmse else found
 
 
@@ -1147,14 +1172,6 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
         torch.set_num_threads(old_threads)
 
 
-def _dot64(x: np.ndarray, y: np.ndarray, chunk: int = 1024) -> float:
-    """<x, y> of float32 vectors summed in float64 per chunk (BLAS sdot accumulates in float32:
-    ~1e-4 relative over 10^7 positive terms, too coarse for the differences between shifts)."""
-    q = len(x) // chunk * chunk
-    head = np.einsum("ij,ij->i", x[:q].reshape(-1, chunk), y[:q].reshape(-1, chunk)).sum(dtype=np.float64)
-    return float(head) + float(np.dot(x[q:].astype(np.float64), y[q:].astype(np.float64)))
-
-
 def _pair_measures(aligned: np.ndarray, t: np.ndarray) -> tuple[float, float]:
     """MAE and RMSE of float32 volumes: the float32 difference, sums in float64 (the same
     values as the float64 difference to ~1e-7 relative, 3x faster)."""
@@ -1168,69 +1185,62 @@ class LocalShift:
     start, by a descent over 3x3x3 windows: the full-resolution step of the coarse-to-fine search.
 
     Why: once the block-mean search has located the shift to within a coarse voxel, the
-    full-resolution optimum is a few voxels away; 27 dot products (~2 ms each) replace a
-    full-grid FFT correlation (~0.2 s per pair and hypothesis, more per moved volume).
-    Both volumes sit in zero-padded arrays with a margin of ``max_shift``, so a shift is a
-    constant offset in the flat index (no wrap-around): ``C(d) = <A_pad[. - d], T_pad>``.
-    The moving energy inside the grid for shift d, ``sum a^2`` over the box of voxels
-    that stay, comes from a float64 summed-area table.
+    full-resolution optimum is a few voxels away; a handful of exact sums of squares replace
+    a full-grid FFT correlation (~0.2 s per pair and hypothesis, more per moved volume).
+    The sums come from :func:`~synthaudit.relict.align_kernels.shift_ssd`: the new
+    neighbours of a descent step in one pass over the volumes, ``a(x - d)`` zero where it
+    leaves the grid (as :func:`_integer_shift`), no padded copies or summed-area tables.
     """
 
-    def __init__(self, shape: Sequence[int], max_shift: Sequence[int]):
+    def __init__(self, shape: Sequence[int], max_shift: Sequence[int], threads: int | None = None):
         self.shape = tuple(int(n) for n in shape)
         self.max_shift = tuple(int(m) for m in max_shift)
-        self.padded = tuple(n + 2 * m for n, m in zip(self.shape, self.max_shift))
-        self.strides = (self.padded[1] * self.padded[2], self.padded[2], 1)
-        first = self.max_shift
-        last = tuple(m + n - 1 for m, n in zip(self.max_shift, self.shape))
-        self.lo = int(np.dot(first, self.strides))
-        self.hi = int(np.dot(last, self.strides)) + 1
+        self.threads = threads
 
-    def pad(self, v: np.ndarray) -> np.ndarray:
-        out = np.zeros(self.padded, np.float32)
-        out[tuple(slice(m, m + n) for m, n in zip(self.max_shift, self.shape))] = v
-        return out.ravel()
+    def moving(self, a: np.ndarray) -> np.ndarray:
+        """The moving volume as the sums read it (float32, C order)."""
+        return np.ascontiguousarray(a, np.float32)
 
-    def moving(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The padded moving volume and the summed-area table of its squares."""
-        a = np.asarray(a, np.float32)
-        return self.pad(a), _summed_squares(a)
+    def fixed(self, t: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(t, np.float32)
 
-    def fixed(self, t: np.ndarray) -> tuple[np.ndarray, float]:
-        t = np.asarray(t, np.float32).ravel()
-        return self.pad(t.reshape(self.shape)), _dot64(t, t)
+    def ssds(self, moving: np.ndarray, fixed: np.ndarray, shifts: Sequence[Sequence[int]]) -> np.ndarray:
+        """Squared error of ``moving(x - d)`` against ``fixed`` for each shift d, float64."""
+        from .align_kernels import shift_ssd
 
-    def ssd(self, moving: tuple[np.ndarray, np.ndarray], fixed: tuple[np.ndarray, float], d: Sequence[int]) -> float:
-        a_pad, sat = moving
-        t_pad, t_sq = fixed
-        o = int(np.dot(d, self.strides))
-        cross = _dot64(a_pad[self.lo - o:self.hi - o], t_pad[self.lo:self.hi])
-        return max(_box_energy(sat, d) + t_sq - 2.0 * cross, 0.0)
+        return shift_ssd(moving, fixed, shifts, threads=self.threads)
 
-    def descend(self, moving, fixed, start: Sequence[int], subvoxel: bool
-                ) -> tuple[tuple[float, float, float], float]:
+    def ssd(self, moving: np.ndarray, fixed: np.ndarray, d: Sequence[int]) -> float:
+        return float(self.ssds(moving, fixed, [tuple(int(x) for x in d)])[0])
+
+    def descend(self, moving, fixed, start: Sequence[int], subvoxel: bool,
+                seen: dict[tuple[int, int, int], float] | None = None) -> tuple[tuple[float, float, float], float]:
         """From ``start``, move to the best of the 6 axis neighbours (within range) until the
         centre is best (a local minimum along the axes; the squared error is smooth near the
         optimum the coarse search found); then, optionally, a parabola per axis as
-        :meth:`ShiftSearch.best`. Ties: the centre first (no move), then axis order."""
+        :meth:`ShiftSearch.best`. Ties: the centre first (no move), then axis order. The
+        neighbours not yet seen are summed together, one pass per step. ``seen``: the values
+        of an earlier descent of the same pair, reused (and extended)."""
         m = self.max_shift
         d = tuple(int(np.clip(int(s), -mk, mk)) for s, mk in zip(start, m))
-        seen: dict[tuple[int, int, int], float] = {}
+        seen = {} if seen is None else seen
 
-        def value(x):
-            if x not in seen:
-                seen[x] = self.ssd(moving, fixed, x)
-            return seen[x]
+        def evaluate(points):
+            new = list(dict.fromkeys(x for x in points if x not in seen))
+            if new:
+                seen.update(zip(new, (float(v) for v in self.ssds(moving, fixed, new))))
 
-        steps = [(0, 0, 0), (-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1)]
+        def inside(x):
+            return all(abs(xk) <= mk for xk, mk in zip(x, m))
+
+        steps = [(-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1)]
         while True:
-            best, best_v = d, value(d)
-            for e in steps[1:]:
-                x = tuple(dk + ek for dk, ek in zip(d, e))
-                if all(abs(xk) <= mk for xk, mk in zip(x, m)):
-                    v = value(x)
-                    if v < best_v:
-                        best, best_v = x, v
+            around = [tuple(dk + ek for dk, ek in zip(d, e)) for e in steps]
+            evaluate([d] + [x for x in around if inside(x)])
+            best, best_v = d, seen[d]
+            for x in around:
+                if inside(x) and seen[x] < best_v:
+                    best, best_v = x, seen[x]
             if best == d:
                 break
             d = best
@@ -1242,7 +1252,8 @@ class LocalShift:
                 lo, hi = list(d), list(d)
                 lo[k] -= 1
                 hi[k] += 1
-                y0, y1, y2 = value(tuple(lo)), best_v, value(tuple(hi))
+                evaluate([tuple(lo), tuple(hi)])
+                y0, y1, y2 = seen[tuple(lo)], best_v, seen[tuple(hi)]
                 den = y0 - 2 * y1 + y2
                 if den > 0:
                     shift[k] = d[k] + float(np.clip(0.5 * (y0 - y2) / den, -0.5, 0.5))
@@ -1261,13 +1272,16 @@ def _coarse_search(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
         ``(best, plain)``: per target (squared error, transform) and the squared error of
         the identity at zero shift, both on the block means.
     """
+    from .align_kernels import block_mean_fast
+
     sp_c = [float(x) * factor for x in spacing_mm]
-    s_c = block_mean(s, factor)
+    crop = _crop_start(s.shape, factor)
+    s_c = block_mean_fast(s, factor, crop, threads=workers)
     search = ShiftSearch(s_c.shape, _shift_vox(space, sp_c), workers)
-    small_t = [block_mean(t, factor) for t in targets]
+    small_t = [block_mean_fast(t, factor, crop, threads=workers) for t in targets]
     fixed = [search.fixed(t) for t in small_t]
     plain = np.array([float(np.sum((s_c.astype(np.float64) - t) ** 2)) for t in small_t])
-    best, _ = _group_search(s_c, fixed, search, space, sp_c, hypotheses, refine_angle)
+    best, _ = _group_search(s_c, fixed, search, space, sp_c, hypotheses, refine_angle, rotate_fn=_rotate_fast)
     return best, plain
 
 
@@ -1312,14 +1326,14 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
     targets = [_less(t, background) for t in targets]
     best, _ = _coarse_search(s, targets, space, spacing_mm, hypotheses, factor, workers)
 
-    local = LocalShift(s.shape, _shift_vox(space, spacing_mm))
-    fine_moved: dict[Hypothesis, tuple[np.ndarray, tuple]] = {}
+    local = LocalShift(s.shape, _shift_vox(space, spacing_mm), threads=workers)
+    fine_moved: dict[Hypothesis, tuple[np.ndarray, np.ndarray]] = {}
 
     def moved(key):
         if key not in fine_moved:
             flips, axis, angle = key
             base = np.ascontiguousarray(np.flip(s, axis=flips) if flips else s)
-            vol = np.asarray(rotate(base, axis, angle, spacing_mm, workers=workers), np.float32)
+            vol = np.asarray(_rotate_fast(base, axis, angle, spacing_mm, workers=workers), np.float32)
             fine_moved[key] = (vol, local.moving(vol))
         return fine_moved[key]
 
@@ -1336,20 +1350,22 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
         keys = [(tr.flips, tr.rotation_axis, tr.angle_deg)]
         if tr.rotation_axis >= 0 and tr.angle_deg != 0:
             keys.append((tr.flips, -1, 0.0))
-        found = [(local.descend(moved(key)[1], fixed, start, subvoxel=False), key) for key in keys]
+        memo: dict = {key: {} for key in keys}
+        found = [(local.descend(moved(key)[1], fixed, start, subvoxel=False, seen=memo[key]), key) for key in keys]
         (shift, _), key = min(found, key=lambda f: f[0][1])
         tr.flips, tr.rotation_axis, tr.angle_deg = key[0], key[1], key[2]
         tr.shift_vox = shift
         vol = moved(key)[0]
-        measured = _measured(vol, t, tr, space, spacing_mm)
+        measured = _measured(vol, t, tr, space, spacing_mm, threads=workers)
         if space.subvoxel:
-            sub, _ = local.descend(moved(key)[1], fixed, [int(x) for x in shift], subvoxel=True)
+            sub, _ = local.descend(moved(key)[1], fixed, [int(x) for x in shift], subvoxel=True, seen=memo[key])
             if sub != shift:
                 tr_sub = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, sub)
-                measured = min(measured, _measured(vol, t, tr_sub, space, spacing_mm), key=lambda p: p.rmse)
+                measured = min(measured, _measured(vol, t, tr_sub, space, spacing_mm, threads=workers),
+                               key=lambda p: p.rmse)
         out.append(measured)
     out = _refine_closest(out, s, targets, space, spacing_mm)
-    out = [_never_above_plain(p, s, t) for p, t in zip(out, targets)]
+    out = [_never_above_plain(p, s, t, threads=workers) for p, t in zip(out, targets)]
     return _restore_offsets(out, background)
 
 

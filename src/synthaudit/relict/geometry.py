@@ -28,15 +28,7 @@ def rotate(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence
     """
     if axis < 0 or angle_deg == 0:
         return volume
-    a, b = [i for i in range(3) if i != axis]
-    c, s = math.cos(math.radians(angle_deg)), math.sin(math.radians(angle_deg))
-    rot = np.eye(3)
-    rot[a, a], rot[a, b], rot[b, a], rot[b, b] = c, -s, s, c
-    sp = np.asarray(spacing_mm, float)
-    # pull-back: out(x) = in(M x + o), M = S^-1 R^T S in voxel units
-    m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
-    centre = (np.asarray(volume.shape, float) - 1) / 2
-    offset = centre - m @ centre
+    m, offset = rotation_pullback(volume.shape, axis, angle_deg, spacing_mm)
     n_slabs = min(int(workers or 1), volume.shape[axis]) if axis != volume.ndim - 1 else 1
     if n_slabs <= 1:
         return ndimage.affine_transform(volume, m, offset=offset, order=order, mode="constant", cval=0.0)
@@ -59,6 +51,19 @@ def rotate(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence
     with ThreadPoolExecutor(n_slabs) as pool:
         list(pool.map(slab, range(n_slabs)))
     return out
+
+
+def rotation_pullback(shape: Sequence[int], axis: int, angle_deg: float, spacing_mm: Sequence[float]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(M, o)`` of :func:`rotate` in voxel units: out(x) = in(M x + o), M = S^-1 R^T S, about the grid centre."""
+    a, b = [i for i in range(3) if i != axis]
+    c, s = math.cos(math.radians(angle_deg)), math.sin(math.radians(angle_deg))
+    rot = np.eye(3)
+    rot[a, a], rot[a, b], rot[b, a], rot[b, b] = c, -s, s, c
+    sp = np.asarray(spacing_mm, float)
+    m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
+    centre = (np.asarray(shape, float) - 1) / 2
+    return m, centre - m @ centre
 
 
 def axis_rotation(axis: int, angle_deg: float) -> np.ndarray:

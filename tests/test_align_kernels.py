@@ -1,0 +1,78 @@
+"""The fused kernels of the coarse-to-fine alignment against the numpy definitions they replace."""
+
+import numpy as np
+import pytest
+
+from synthaudit.relict import align_kernels as ak
+from synthaudit.relict import alignment as al
+
+SHAPES = [(14, 12, 11), (20, 9, 17)]
+
+
+def _pair(shape, seed):
+    rng = np.random.default_rng(seed)
+    return ((rng.random(shape, dtype=np.float32) * 100).astype(np.float32),
+            (rng.random(shape, dtype=np.float32) * 100).astype(np.float32))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+def test_shift_ssd_equals_the_squared_error_of_the_integer_shifted_volume(shape):
+    a, t = _pair(shape, 1)
+    shifts = [(0, 0, 0), (3, -2, 1), (-3, 2, -3), (1, 1, 1), (-1, 0, 2), (shape[0], 0, 0), (0, -shape[1] - 2, 0)]
+    got = ak.shift_ssd(a, t, shifts, threads=2)
+    for d, value in zip(shifts, got):
+        brute = float(np.sum((al._integer_shift(a, d).astype(np.float64) - t) ** 2))
+        assert value == pytest.approx(brute, rel=1e-6), d
+    # shifts that leave the grid entirely: a contributes nothing, the error is |t|^2
+    assert got[-1] == pytest.approx(float(np.sum(t.astype(np.float64) ** 2)), rel=1e-6)
+    # the same sums whatever the thread count (planes summed in order)
+    np.testing.assert_array_equal(got, ak.shift_ssd(a, t, shifts, threads=1))
+
+
+@pytest.mark.parametrize("shape", SHAPES)
+@pytest.mark.parametrize("shift", [(0.3, -1.7, 2.25), (0, 0.5, 0), (-2.0, 0, 1.0), (0, 0, 0), (13.5, 0.2, 0),
+                                   (-0.99, 10.5, -16.2), (1e-3, 0, 0), (2, -3, 1)])
+def test_shifted_error_sums_are_those_of_apply(shape, shift):
+    """The shifted voxels are _linear_shift's (or _integer_shift's) bit for bit: only the order of
+    the float64 sums differs from _pair_measures on the written-out volume."""
+    a, t = _pair(shape, 2)
+    moved = al.apply(a, al.Transform(shift_vox=tuple(float(x) for x in shift)), [1.0, 1.0, 1.0])
+    d = (moved - t).ravel()
+    want = (float(np.abs(d).sum(dtype=np.float64)), float(np.square(d).sum(dtype=np.float64)))
+    got = ak.shifted_error_sums(a, t, shift, threads=2)
+    assert got == pytest.approx(want, rel=1e-7)  # rows summed in float32, then float64
+    # where the shifted volume equals t, the sums are exactly zero: the voxels match bitwise
+    assert ak.shifted_error_sums(a, moved, shift) == (0.0, 0.0)
+
+
+@pytest.mark.parametrize("factor", [2, 3, 4])
+def test_block_mean_fast_equals_block_mean(factor):
+    a, _ = _pair((23, 17, 14), 3)
+    fast = ak.block_mean_fast(a, factor, al._crop_start(a.shape, factor), threads=2)
+    np.testing.assert_allclose(fast, al.block_mean(a, factor), rtol=2e-6)
+    assert fast.dtype == np.float32 and fast.shape == tuple(n // factor for n in a.shape)
+
+
+def test_kernels_refuse_volumes_of_different_shapes():
+    a, t = _pair((6, 5, 4), 4)
+    with pytest.raises(ValueError, match="one shape"):
+        ak.shift_ssd(a, t[:5], [(0, 0, 0)])
+    with pytest.raises(ValueError, match="one shape"):
+        ak.shifted_error_sums(a, t[:, :4], (0.5, 0, 0))
+
+
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("angle", [-10.0, -2.5, 7.5, 90.0])
+def test_affine_linear_is_scipys_rotation(axis, angle):
+    """The coarse-to-fine search's rotation against geometry.rotate (SciPy's affine_transform, order 1,
+    constant mode): the same float32 values, up to one rounding where a coordinate lands on a
+    voxel (90 degrees), anisotropic voxels included."""
+    from synthaudit.relict.geometry import rotate, rotation_pullback
+
+    v, _ = _pair((15, 17, 13), 5)
+    sp = [1.0, 1.2, 0.9]
+    m, offset = rotation_pullback(v.shape, axis, angle, sp)
+    got = ak.affine_linear(v, m, offset, threads=2)
+    np.testing.assert_allclose(got, rotate(v, axis, angle, sp), rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(al._rotate_fast(v, axis, angle, sp, workers=1), got)
+    assert al._rotate_fast(v, -1, 0.0, sp) is v
