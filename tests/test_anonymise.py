@@ -276,3 +276,24 @@ def test_params_refuse_a_user_dataset_without_labels(root):
         validate_params(p)
     assert "anonymise.datasets.tof_demo.labels: only the NCCT demo" in str(e.value)
     assert "anonymise.datasets.nosuch: 'nosuch' is not a dataset" in str(e.value)
+
+
+def test_cvae_loss_sum_and_mean_are_the_definitions():
+    """Di Salvo et al.'s loss, MSE + beta KL: ``mean`` averages the squared error over the D
+    features (the paper's MSE), ``sum`` sums it, i.e. the mean form with beta / D."""
+    import torch
+
+    from synthaudit.anonymise.cvae import cvae_loss
+
+    g = torch.Generator().manual_seed(0)
+    x, recon = torch.randn(5, 8, generator=g), torch.randn(5, 8, generator=g)
+    mu, log_var = torch.randn(5, 3, generator=g), torch.randn(5, 3, generator=g) * 0.1
+    kl = -0.5 * (1 + log_var - mu ** 2 - log_var.exp()).sum(dim=1)
+    sq = (recon - x) ** 2
+    assert float(cvae_loss(recon, x, mu, log_var, 0.1, "mean")) == pytest.approx(float((sq.mean(1) + 0.1 * kl).mean()))
+    assert float(cvae_loss(recon, x, mu, log_var, 0.1)) == pytest.approx(float((sq.sum(1) + 0.1 * kl).mean()))
+    # sum with beta is D x (mean with beta / D): the same optimum, KL weighted D times less
+    assert float(cvae_loss(recon, x, mu, log_var, 0.1, "sum")) == pytest.approx(
+        8 * float(cvae_loss(recon, x, mu, log_var, 0.1 / 8, "mean")), rel=1e-6)
+    with pytest.raises(ValueError, match="'sum' or 'mean'"):
+        cvae_loss(recon, x, mu, log_var, 0.1, "median")

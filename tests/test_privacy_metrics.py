@@ -285,7 +285,8 @@ def _evaluation(space, seconds, roc=True, near_duplicates=None):
         "training_set": "ncct", "space": space, "n_filters": 3, "tau": 0.8 if space == "image" else 0.7,
         "seconds_per_epoch": {"filter0": seconds, "filter1": seconds + 2.0, "retrieval": 100.0},
         "verification": {"auc": 0.9, "auc_ci": [0.8, 0.95], "accuracy": 0.85, "f1": 0.5,
-                         "auc_by_head": {"pred": 0.9}},
+                         "auc_by_head": {"pred": 0.9}, "bootstrap_unit": "patient"},
+        **({"retrieval": {"map_at_r": 0.5, "r_precision": 0.6, "precision_at_1": 0.7}} if space == "latent" else {}),
         "verification_balanced": {"auc": 0.91, "accuracy": 0.8, "specificity": 0.7, "recall": 0.9,
                                   "precision": 0.75, "f1": 0.82},
         "specificity": {"specificity": 0.95},
@@ -307,6 +308,10 @@ def test_gathered_metrics_rows_and_figure_inputs():
     assert metrics["ncct"]["epoch_time_ratio_image_to_latent"] == 2.5
     assert entry["verification_auc"] == 0.9 and entry["verification_f1_all_pairs"] == 0.5
     assert entry["verification_precision_balanced"] == 0.75 and entry["retrieval_map_at_r"] is None
+    assert entry["verification_auc_ci_unit"] == "patient"
+    # Packhäuser et al.'s three retrieval figures, R-Precision included (issue 32)
+    lat = metrics["ncct"]["latent"]
+    assert (lat["retrieval_map_at_r"], lat["retrieval_r_precision"], lat["retrieval_precision_at_1"]) == (0.5, 0.6, 0.7)
     assert entry["synthetic"]["gen"]["near_duplicates"] == {"replica_flag_rate": 1.0, "nonreplica_flag_rate": 0.1}
     assert metrics["ncct"]["latent"]["synthetic"]["gen"]["near_duplicates"] is None
     assert json.loads(json.dumps(metrics)) == metrics
@@ -341,3 +346,54 @@ def test_roc_figure_without_curves_says_why(tmp_path):
 
     figures.roc_figure(tmp_path / "roc.png", {}, "audit: patient verification", note="no held-out patient with two scans")
     assert (tmp_path / "roc.png").stat().st_size > 5_000
+
+
+def test_weighted_auc_is_the_auc_of_the_pairs_repeated_by_their_weights():
+    from synthaudit.privacy.metrics import _weighted_auc
+
+    rng = np.random.default_rng(4)
+    s = rng.integers(0, 6, 40).astype(float)  # many ties
+    y = rng.random(40) < 0.4
+    uniq, codes = np.unique(s, return_inverse=True)
+    assert _weighted_auc(codes, len(uniq), y, np.ones(40)) == pytest.approx(roc_auc(s, y), abs=1e-12)
+    w = rng.integers(0, 4, 40)
+    w[np.flatnonzero(y)[0]] = 1
+    w[np.flatnonzero(~y)[0]] = 1
+    rep = np.repeat(np.arange(40), w)
+    assert _weighted_auc(codes, len(uniq), y, w.astype(float)) == pytest.approx(roc_auc(s[rep], y[rep]), abs=1e-12)
+
+
+def _clustered_pairs(n_patients=6, scans=3, seed=0):
+    """Every pair of held-out scans, with a strong per-patient effect on the scores: pairs of one
+    patient share it, as a filter's scores for one patient's scans do."""
+    rng = np.random.default_rng(seed)
+    patients = np.repeat([f"p{i}" for i in range(n_patients)], scans)
+    effect = {p: rng.normal(0, 1.5) for p in set(patients)}
+    a, b = np.triu_indices(len(patients), 1)
+    same = patients[a] == patients[b]
+    scores = np.where(same, 1.0, 0.0) + np.array([effect[patients[i]] + effect[patients[j]] for i, j in zip(a, b)]) \
+        + rng.normal(0, 0.3, len(a))
+    return scores, same, (patients[a], patients[b])
+
+
+def test_patient_bootstrap_is_wider_than_the_pair_bootstrap_when_pairs_share_patients():
+    scores, same, pp = _clustered_pairs()
+    pair = verification_metrics(scores, same, n_bootstrap=2000, seed=1, unit="pair")
+    patient = verification_metrics(scores, same, n_bootstrap=2000, seed=1, unit="patient", pair_patients=pp)
+    assert pair["auc"] == patient["auc"]
+    width = lambda r: r["auc_ci"][1] - r["auc_ci"][0]  # noqa: E731
+    assert width(patient) > 1.5 * width(pair), (pair["auc_ci"], patient["auc_ci"])
+    assert patient["bootstrap_unit"] == "patient" and patient["n_bootstrap_patients"] == 6
+    assert pair["bootstrap_unit"] == "pair" and "n_bootstrap_patients" not in pair
+    again = verification_metrics(scores, same, n_bootstrap=2000, seed=1, unit="patient", pair_patients=pp)
+    assert again["auc_ci"] == patient["auc_ci"]  # seeded
+
+
+def test_patient_bootstrap_refuses_bad_input():
+    scores, same, pp = _clustered_pairs()
+    with pytest.raises(ValueError, match="needs pair_patients"):
+        verification_metrics(scores, same, n_bootstrap=10, unit="patient")
+    with pytest.raises(ValueError, match="'pair' or 'patient'"):
+        verification_metrics(scores, same, n_bootstrap=10, unit="scan")
+    with pytest.raises(ValueError, match="one patient per pair"):
+        verification_metrics(scores, same, n_bootstrap=10, unit="patient", pair_patients=(pp[0][:3], pp[1][:3]))

@@ -3,9 +3,11 @@
 Encoder: [features, one-hot label] -> Linear(hidden) -> ReLU -> (mu, log variance) of a
 ``latent``-d Gaussian (the paper's "two linear layers having 256 and 100 dimensions").
 Decoder: [z, one-hot label] -> Linear(hidden) -> ReLU -> Linear(features), the mirror.
-Loss: squared reconstruction error summed over features plus ``beta`` x KL to N(0, I),
-both per sample (beta 0.1 weights reconstruction first, as in the paper). Adam, early
-stopping on a validation loss, the best weights kept.
+Loss: squared reconstruction error plus ``beta`` x KL to N(0, I), both per sample (beta 0.1
+weights reconstruction first, as in the paper). ``reconstruction: sum`` (the default) sums the
+squared error over the features; ``mean`` averages it, the paper's "MSE" read literally, which
+weights the KL term D times more (D = 256 after the projection: an effective beta of 25.6 in the
+``sum`` form; docs/deviations.md). Adam, early stopping on a validation loss, the best weights kept.
 
 Only the decoder is shared: :func:`save_decoder` writes it with what a recipient needs to
 use it (classes, latent size, the common scale), and :func:`anonymise` is Algorithm 1.
@@ -55,9 +57,13 @@ class Decoder(nn.Module):
 
 
 def cvae_loss(recon: torch.Tensor, x: torch.Tensor, mu: torch.Tensor, log_var: torch.Tensor,
-              beta: float) -> torch.Tensor:
-    """Per-sample mean of (sum of squared errors + beta x KL(q(z|x, y) || N(0, I)))."""
-    sse = ((recon - x) ** 2).sum(dim=1)
+              beta: float, reconstruction: str = "sum") -> torch.Tensor:
+    """Per-sample mean of (squared error + beta x KL(q(z|x, y) || N(0, I))), the squared error
+    summed (``reconstruction="sum"``) or averaged (``"mean"``: the MSE) over the features."""
+    if reconstruction not in ("sum", "mean"):
+        raise ValueError(f"reconstruction must be 'sum' or 'mean', got {reconstruction!r}")
+    sq = (recon - x) ** 2
+    sse = sq.sum(dim=1) if reconstruction == "sum" else sq.mean(dim=1)
     kl = -0.5 * (1 + log_var - mu ** 2 - log_var.exp()).sum(dim=1)
     return (sse + beta * kl).mean()
 
@@ -68,7 +74,7 @@ def train_cvae(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarra
 
     Args:
         cfg: ``hidden``, ``latent``, ``beta``, ``learning_rate``, ``batch_size``,
-            ``max_epochs``, ``patience``.
+            ``max_epochs``, ``patience``, optionally ``reconstruction`` (sum | mean).
         seed: Initialisation, batch order and the reparameterisation noise.
 
     Returns:
@@ -83,6 +89,7 @@ def train_cvae(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarra
         xv, yv = torch.as_tensor(x_val, dtype=torch.float32, device=dev), torch.as_tensor(y_val, device=dev)
         opt = torch.optim.Adam(model.parameters(), lr=float(cfg["learning_rate"]))
         batch, beta = int(cfg["batch_size"]), float(cfg["beta"])
+        reconstruction = str(cfg.get("reconstruction", "sum"))
         stopper, history = EarlyStopping(model, cfg["patience"]), []
         for epoch in range(int(cfg["max_epochs"])):
             model.train()
@@ -91,7 +98,7 @@ def train_cvae(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarra
             for start in range(0, len(xt), batch):
                 rows = order[start:start + batch]
                 recon, mu, log_var = model(xt[rows], yt[rows])
-                loss = cvae_loss(recon, xt[rows], mu, log_var, beta)
+                loss = cvae_loss(recon, xt[rows], mu, log_var, beta, reconstruction)
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
@@ -101,7 +108,7 @@ def train_cvae(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarra
                 # validation without sampling noise: reconstruct from the mean
                 h = model.encoder(torch.cat([xv, nn.functional.one_hot(yv, n_classes).float()], dim=1))
                 mu, log_var = model.mu(h), model.log_var(h)
-                val = float(cvae_loss(model.decoder(mu, yv), xv, mu, log_var, beta))
+                val = float(cvae_loss(model.decoder(mu, yv), xv, mu, log_var, beta, reconstruction))
             history.append({"epoch": epoch + 1, "train_loss": total / len(xt), "val_loss": val})
             if stopper.step(val, epoch + 1):
                 break

@@ -93,9 +93,12 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         model, f_real = first["model"], first["f_real"]
         vscore = _pair_scores(model, f_real, pairs, "pred")
         ver = cfg["verification"]
+        boot = ver["bootstrap"]
+        unit = boot.get("unit", "pair")
+        pair_patients = (np.asarray(patients, dtype=object)[pairs[:, 0]], np.asarray(patients, dtype=object)[pairs[:, 1]])
         summary["verification"] = metrics.verification_metrics(
-            vscore, same, threshold=ver["threshold"], n_bootstrap=ver["bootstrap"]["n"],
-            seed=ver["bootstrap"]["seed"], level=ver["bootstrap"]["level"])
+            vscore, same, threshold=ver["threshold"], n_bootstrap=boot["n"], seed=boot["seed"], level=boot["level"],
+            unit=unit, pair_patients=pair_patients)
         summary["verification"]["auc_by_head"] = {
             h: metrics.roc_auc(_pair_scores(model, f_real, pairs, h), same)
             for h in HEADS}
@@ -103,8 +106,8 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         # Packhäuser et al.'s threshold metrics: balanced pairs (every positive, as many negatives)
         keep = filtering.balanced_pairs(same, ver.get("balanced_seed", ver["bootstrap"]["seed"]))
         summary["verification_balanced"] = metrics.verification_metrics(
-            vscore[keep], same[keep], threshold=ver["threshold"], n_bootstrap=ver["bootstrap"]["n"],
-            seed=ver["bootstrap"]["seed"], level=ver["bootstrap"]["level"])
+            vscore[keep], same[keep], threshold=ver["threshold"], n_bootstrap=boot["n"], seed=boot["seed"],
+            level=boot["level"], unit=unit, pair_patients=(pair_patients[0][keep], pair_patients[1][keep]))
         summary["verification_balanced"]["pairs"] = "every positive pair and an equal-size seeded sample of negatives"
         fpr, tpr, _ = metrics.roc_curve(vscore, same)
         roc = {"fpr": fpr.tolist(), "tpr": tpr.tolist(), "auc": summary["verification"]["auc"]}

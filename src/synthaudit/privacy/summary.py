@@ -42,7 +42,9 @@ def metrics_entry(ev: Mapping) -> dict:
         **{f"verification_{k}_balanced": _get(ev, "verification_balanced", k)
            for k in ("auc", "accuracy", "specificity", "recall", "precision", "f1")},
         "auc_by_head": _get(ev, "verification", "auc_by_head"),
+        "verification_auc_ci_unit": _get(ev, "verification", "bootstrap_unit"),
         "retrieval_map_at_r": _get(ev, "retrieval", "map_at_r"),
+        "retrieval_r_precision": _get(ev, "retrieval", "r_precision"),
         "retrieval_precision_at_1": _get(ev, "retrieval", "precision_at_1"),
         "tau": ev["tau"],
         "specificity": ev["specificity"]["specificity"],
