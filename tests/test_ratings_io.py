@@ -25,6 +25,38 @@ def test_read_ratings_and_consensus(tmp_path):
     assert not c["s3"]["replica"]
 
 
+def test_consensus_flags_volumes_for_re_rating_as_relict_did():
+    """RELICT 2.5: raters who disagreed on the replica decision re-evaluated the pair; a spread of two
+    or more points is flagged too. The mean still decides until new scores arrive."""
+    from synthaudit.ratings import rating_rule, rerating_list
+
+    c = consensus({"a": [2, 3], "b": [1, 2], "c": [3, 4], "d": [1, 3], "e": [4]}, 3)
+    assert [c[k]["rerate"] for k in "abcde"] == [True, False, False, True, False]
+    assert c["d"]["spread"] == 2 and not c["d"]["replica"] and c["d"]["disagree"]
+    assert rerating_list(c) == ["a", "d"]
+    rule = rating_rule(3)
+    assert "mean over its raters" in rule and ">= 3" in rule and "re-rating" in rule and "round" in rule
+
+
+def test_a_second_round_replaces_the_first_for_that_rater(tmp_path):
+    p = tmp_path / "r.tsv"
+    p.write_text("synthetic_id\trater\tscore\tround\n"
+                 "s1\tA\t2\t1\ns1\tB\t3\t1\ns1\tA\t3\t2\ns2\tA\t1\t\ns2\tB\t1\t1\n")
+    scores = read_ratings(p, ["s1", "s2"])
+    assert sorted(scores["s1"]) == [3, 3] and scores["s2"] == [1, 1]
+    c = consensus(scores, 3)
+    assert c["s1"]["replica"] and not c["s1"]["rerate"]
+    from synthaudit.ratings import read_ratings_by_rater
+
+    assert read_ratings_by_rater(p, ["s1", "s2"]) == {"A": {"s1": 3, "s2": 1}, "B": {"s1": 3, "s2": 1}}
+    p.write_text("synthetic_id\trater\tscore\tround\ns1\tA\t2\t2\ns1\tA\t3\t2\n")
+    with pytest.raises(RatingsError, match="rated 's1' twice in round 2"):
+        read_ratings(p, ["s1"])
+    p.write_text("synthetic_id\trater\tscore\tround\ns1\tA\t2\tzero\n")
+    with pytest.raises(RatingsError, match="round 'zero' is not an integer"):
+        read_ratings(p, ["s1"])
+
+
 @pytest.mark.parametrize("body, message", [
     ("zz\tA\t3\n", "r.tsv:2: unknown synthetic id 'zz'"),
     ("s1\tA\t5\n", "r.tsv:2: score 5 is outside the Likert scale 1-4"),

@@ -14,6 +14,9 @@ import numpy as np
 from .io import read_tsv, write_tsv
 
 COLUMNS = ["synthetic_id", "rater", "score"]
+# optional: the rating round (1, 2, ...): a volume re-rated after a disagreement gets its rater's
+# latest round (RELICT 2.5: raters who disagreed on the decision re-evaluated the pair individually)
+ROUND = "round"
 LIKERT = {1: "certainly not a replica", 2: "probably not a replica",
           3: "probably a replica", 4: "certainly a replica"}
 
@@ -22,12 +25,31 @@ class RatingsError(ValueError):
     """A ratings file that cannot be used; the message names the file and the row."""
 
 
+def rating_rule(replica_min_score: int = 3) -> str:
+    """The rule that turns a rating sheet into the reference decision, as RELICT 2.5 states it and
+    as synthaudit applies it (written to the log and the evaluation file where the sheet is read)."""
+    return (f"each rater's latest round counts; the volume's score is the mean over its raters; a replica when "
+            f"that mean is >= {replica_min_score} (Likert {replica_min_score}-4: 'probably' or 'certainly a replica'); "
+            f"raters who disagree on that decision (one >= {replica_min_score}, one below), or whose scores lie two "
+            "or more points apart, flag the volume for re-rating: RELICT had each rater re-evaluate such a pair "
+            f"individually; add the new scores as round 2 (column '{ROUND}'). Until then the mean decides")
+
+
 def read_ratings(path: str | Path, synthetic_ids: list[str] | None = None) -> dict[str, list[int]]:
     """Read a ratings TSV into ``{synthetic_id: [score, ...]}`` (one score per rater).
 
     Refuses unknown synthetic ids (when ``synthetic_ids`` is given), scores outside
-    1-4 and a rater rating the same volume twice.
+    1-4 and a rater rating the same volume twice in one round. With a ``round`` column
+    (integers from 1), each rater's latest round of a volume is the score kept.
     """
+    scores: dict[str, list[int]] = {}
+    for (sid, _), score in _latest_scores(path, synthetic_ids).items():
+        scores.setdefault(sid, []).append(score)
+    return scores
+
+
+def _latest_scores(path: str | Path, synthetic_ids: list[str] | None) -> dict[tuple[str, str], int]:
+    """``{(synthetic_id, rater): score}``, each rater's latest round (see :func:`read_ratings`)."""
     path = Path(path)
     if not path.is_file():
         raise RatingsError(f"{path}: ratings file not found")
@@ -38,8 +60,8 @@ def read_ratings(path: str | Path, synthetic_ids: list[str] | None = None) -> di
     if missing:
         raise RatingsError(f"{path}: missing column(s) {missing}; expected {COLUMNS}")
     known = set(synthetic_ids) if synthetic_ids is not None else None
-    scores: dict[str, list[int]] = {}
-    seen = set()
+    rounds = ROUND in rows[0]
+    latest: dict[tuple[str, str], tuple[int, int]] = {}  # (sid, rater) -> (round, score)
     for line, row in enumerate(rows, start=2):
         sid, rater, raw = row["synthetic_id"].strip(), row["rater"].strip(), row["score"].strip()
         if known is not None and sid not in known:
@@ -50,25 +72,45 @@ def read_ratings(path: str | Path, synthetic_ids: list[str] | None = None) -> di
             raise RatingsError(f"{path}:{line}: score {raw!r} is not an integer 1-4") from None
         if score not in LIKERT:
             raise RatingsError(f"{path}:{line}: score {score} is outside the Likert scale 1-4")
-        if (sid, rater) in seen:
-            raise RatingsError(f"{path}:{line}: rater {rater!r} rated {sid!r} twice")
-        seen.add((sid, rater))
-        scores.setdefault(sid, []).append(score)
-    return scores
+        rnd = 1
+        if rounds:
+            text = str(row[ROUND]).strip() or "1"
+            try:
+                rnd = int(text)
+            except ValueError:
+                raise RatingsError(f"{path}:{line}: round {text!r} is not an integer >= 1") from None
+            if rnd < 1:
+                raise RatingsError(f"{path}:{line}: round {rnd} is not an integer >= 1")
+        before = latest.get((sid, rater))
+        if before is not None and before[0] == rnd:
+            raise RatingsError(f"{path}:{line}: rater {rater!r} rated {sid!r} twice"
+                               + (f" in round {rnd}" if rounds else ""))
+        if before is None or rnd > before[0]:
+            latest[(sid, rater)] = (rnd, score)
+    return {key: score for key, (_, score) in latest.items()}
 
 
 def consensus(scores: dict[str, list[int]], replica_min_score: int = 3) -> dict[str, dict]:
-    """Consensus per volume: mean score over raters; replica when it is >= replica_min_score.
+    """Consensus per volume (:func:`rating_rule`): mean score over raters; replica when it is
+    >= replica_min_score.
 
     With two raters who disagree on the decision (e.g. 2 and 3 -> 2.5), the volume
-    counts as a non-replica here; the paper resolved such cases by re-rating.
+    counts as a non-replica here; the paper resolved such cases by re-rating, so such a
+    volume (and one whose scores lie two or more points apart) gets ``rerate``.
     """
     out = {}
     for sid, s in scores.items():
         mean = float(np.mean(s))
+        disagree = len({x >= replica_min_score for x in s}) > 1
+        spread = int(max(s) - min(s))
         out[sid] = {"score": mean, "n_raters": len(s), "replica": mean >= replica_min_score,
-                    "disagree": len({x >= replica_min_score for x in s}) > 1}
+                    "disagree": disagree, "spread": spread, "rerate": disagree or spread >= 2}
     return out
+
+
+def rerating_list(cons: dict[str, dict]) -> list[str]:
+    """The volumes :func:`consensus` flags for re-rating, in id order."""
+    return sorted(sid for sid, c in cons.items() if c["rerate"])
 
 
 def write_reference_ratings(path: str | Path, spiked_rows: list[dict], rater: str = "reference") -> None:
@@ -78,11 +120,10 @@ def write_reference_ratings(path: str | Path, spiked_rows: list[dict], rater: st
 
 
 def read_ratings_by_rater(path: str | Path, synthetic_ids: list[str] | None = None) -> dict[str, dict[str, int]]:
-    """``{rater: {synthetic_id: score}}`` from a ratings TSV (same checks as read_ratings)."""
-    read_ratings(path, synthetic_ids)  # validates ids, scores, duplicates
+    """``{rater: {synthetic_id: score}}`` from a ratings TSV (same checks and rounds as read_ratings)."""
     out: dict[str, dict[str, int]] = {}
-    for row in read_tsv(path):
-        out.setdefault(row["rater"].strip(), {})[row["synthetic_id"].strip()] = int(row["score"])
+    for (sid, rater), score in _latest_scores(path, synthetic_ids).items():
+        out.setdefault(rater, {})[sid] = score
     return out
 
 
