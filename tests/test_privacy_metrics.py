@@ -368,7 +368,7 @@ def _clustered_pairs(n_patients=6, scans=3, seed=0):
     patient share it, as a filter's scores for one patient's scans do."""
     rng = np.random.default_rng(seed)
     patients = np.repeat([f"p{i}" for i in range(n_patients)], scans)
-    effect = {p: rng.normal(0, 1.5) for p in set(patients)}
+    effect = {p: rng.normal(0, 1.5) for p in sorted(set(patients))}  # sorted: not hash-seed order
     a, b = np.triu_indices(len(patients), 1)
     same = patients[a] == patients[b]
     scores = np.where(same, 1.0, 0.0) + np.array([effect[patients[i]] + effect[patients[j]] for i, j in zip(a, b)]) \
@@ -382,7 +382,7 @@ def test_patient_bootstrap_is_wider_than_the_pair_bootstrap_when_pairs_share_pat
     patient = verification_metrics(scores, same, n_bootstrap=2000, seed=1, unit="patient", pair_patients=pp)
     assert pair["auc"] == patient["auc"]
     width = lambda r: r["auc_ci"][1] - r["auc_ci"][0]  # noqa: E731
-    assert width(patient) > 1.5 * width(pair), (pair["auc_ci"], patient["auc_ci"])
+    assert width(patient) > 1.4 * width(pair), (pair["auc_ci"], patient["auc_ci"])  # 1.57x here
     assert patient["bootstrap_unit"] == "patient" and patient["n_bootstrap_patients"] == 6
     assert pair["bootstrap_unit"] == "pair" and "n_bootstrap_patients" not in pair
     again = verification_metrics(scores, same, n_bootstrap=2000, seed=1, unit="patient", pair_patients=pp)
