@@ -185,6 +185,15 @@ def _shifted_error_planes(a, t, ints, was, wbs, los, his, moved, abs_out, sq_out
         sq_out[x0] = pq
 
 
+def linear_shift_axis(s: float, n: int) -> tuple[int, np.float32, int, int]:
+    """One axis of a linear shift by ``s`` voxels over ``n``: out(x) = (1 - f) u(x - i) + f u(x - i - 1)
+    with ``i = floor(s)``, ``f = s - i`` (float32), kept for x in [lo, hi) (source inside [0, n - 1]).
+    Shared by :func:`~synthaudit.relict.alignment._linear_shift` and :func:`shifted_error_sums`, so
+    both shift alike."""
+    i = math.floor(s)
+    return i, np.float32(s - i), max(0, math.ceil(s)), max(0, min(n, math.floor(n - 1 + s) + 1))
+
+
 def shifted_error_sums(a: np.ndarray, t: np.ndarray, shift: Sequence[float], threads: int | None = None
                        ) -> tuple[float, float]:
     """``(sum |a_s - t|, sum (a_s - t)^2)``, with ``a_s`` the volume ``a`` shifted by ``shift``
@@ -206,17 +215,13 @@ def shifted_error_sums(a: np.ndarray, t: np.ndarray, shift: Sequence[float], thr
     his = np.asarray(a.shape, np.int64).copy()
     moved = np.zeros(3, np.bool_)
     for k, s in enumerate(shift):
-        s = float(s)
-        if s == 0:
+        if float(s) == 0:
             continue
-        n = a.shape[k]
-        i = math.floor(s)
-        f = np.float32(s - i)
+        i, f, lo, hi = linear_shift_axis(float(s), a.shape[k])
         moved[k] = True
         ints[k] = i
         was[k], wbs[k] = np.float32(1) - f, f
-        los[k] = max(0, math.ceil(s))
-        his[k] = max(0, min(n, math.floor(n - 1 + s) + 1))
+        los[k], his[k] = lo, hi
     abs_out = np.zeros(a.shape[0])
     sq_out = np.zeros(a.shape[0])
     with kernel_threads(threads):

@@ -231,14 +231,15 @@ def _linear_shift(v: np.ndarray, shift: Sequence[float]) -> np.ndarray:
     0.3 s at 182 x 218 x 182). As in scipy's ``constant`` mode, a voxel whose source
     x - s lies outside [0, n - 1] on any axis is 0 (no interpolation towards the padding).
     """
+    from .align_kernels import linear_shift_axis
+
     out = np.asarray(v, np.float32)
     for axis, s in enumerate(shift):
         s = float(s)
         if s == 0:
             continue
         n = out.shape[axis]
-        i = math.floor(s)
-        f = np.float32(s - i)
+        i, f, lo, hi = linear_shift_axis(s, n)
         res = np.zeros_like(out)
         for k, w in ((i, np.float32(1) - f), (i + 1, f)):  # out(x) = (1-f) v(x - i) + f v(x - i - 1)
             if w == 0 or abs(k) >= n:
@@ -248,8 +249,7 @@ def _linear_shift(v: np.ndarray, shift: Sequence[float]) -> np.ndarray:
             src[axis] = slice(max(0, -k), n - max(0, k))
             dst[axis] = slice(max(0, k), n - max(0, -k))
             res[tuple(dst)] += w * out[tuple(src)]
-        keep = [slice(None)] * out.ndim  # source x - s inside [0, n - 1]
-        lo, hi = max(0, math.ceil(s)), min(n, math.floor(n - 1 + s) + 1)
+        keep = [slice(None)] * out.ndim  # source x - s inside [0, n - 1]: [lo, hi)
         if lo > 0:
             keep[axis] = slice(0, lo)
             res[tuple(keep)] = 0
