@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall
+.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -116,6 +116,16 @@ bench: $(STAMP)
 # NCCT bench cohort, ~7 min; docs/benchmarks.md): results/bench/alignment_recall_ncct.json
 bench-alignment-recall: $(STAMP)
 	$(BENCH) synthaudit_bench.alignment_recall --synthetic 12,2,0,3 --out results/bench/alignment_recall_ncct.json
+
+# Di Salvo et al.'s CVAE loss, squared error summed vs averaged, on 1,000 simulated 768-d vectors
+# (docs/deviations.md): results/bench/cvae_reconstruction.json
+bench-cvae: $(STAMP)
+	$(BENCH) synthaudit_bench.cvae_reconstruction --out results/bench/cvae_reconstruction.json
+
+# local replicas (issue 33): regions of 20-40 mm pasted into the demo's held-out scans, the local
+# level's sensitivity and false positives by block size and smoothing (docs/local_replicas.md)
+bench-local: $(STAMP)
+	$(BENCH) synthaudit_bench.local_replicas --sweep --out results/bench/local_replicas.json
 
 # the shortlist search at 2,000 training x 200 synthetic volumes (3 mm), with a projection to
 # 10,000 x 5,000 at 1 mm (docs/large_datasets.md): results/bench/shortlist_scale.{json,md}

@@ -195,6 +195,28 @@ def test_audit_flags_copies_of_one_patient_and_not_new_patients():
     assert audit.reference["D"] > 0 and new["D"] > copies["D"]
 
 
+def test_d_raw_is_the_nearest_neighbour_distance_on_the_extractors_own_scale():
+    # Di Salvo et al.'s D (Eq. 1) on the features as the extractor gives them: the common
+    # z-scoring undone (no projection here, so exactly the raw vectors)
+    train, centres = clusters(20, seed=5)
+    heldout, _ = clusters(10, seed=6, offset=100, centres=centres)
+    raw_train = train.features * np.linspace(0.5, 40.0, train.features.shape[1]) + 3.0  # uneven feature scales
+    raw_held = heldout.features * np.linspace(0.5, 40.0, train.features.shape[1]) + 3.0
+    scale = CommonScale.fit(raw_train, None, 0)
+    audit = Audit(scale.transform(raw_train), train.ids, train.patients, scale.transform(raw_held), n_closest=10,
+                  replica_percentile=5, flag_percentile=95, scale=scale)
+    shared = raw_train[:7] + 0.5
+    out = audit(scale.transform(shared))
+
+    def nn_mean(a, b):
+        return float(np.sqrt(((a[:, None, :] - b[None, :, :]) ** 2).sum(-1)).min(axis=1).mean())
+
+    assert out["D_raw"] == pytest.approx(nn_mean(shared, raw_train), rel=1e-5)
+    assert audit.reference["D_raw"] == pytest.approx(nn_mean(raw_held, raw_train), rel=1e-5)
+    assert out["D"] == pytest.approx(nn_mean(scale.transform(shared), scale.transform(raw_train)), rel=1e-5)
+    assert out["D_raw"] != pytest.approx(out["D"], rel=0.1)  # the two scales differ here
+
+
 CFG = {"projection": {"dim": 128, "seed": 0}, "validation_fraction": 0.1, "split_seed": 0, "seeds": [0, 1],
        "k_same": [2, 10], "sampling_variances": [0.5, 1.0], "noise_sigmas": [1, 3], "cvae": CVAE_CFG,
        "probe": PROBE_CFG, "audit": {"n_closest": 10, "replica_percentile": 5, "flag_percentile": 95}}

@@ -121,12 +121,14 @@ def test_score_heads_match_their_definitions():
                                           "verification", x))
     g = torch.Generator().manual_seed(0)
     fa, fb = torch.randn(4, 6, generator=g), torch.randn(5, 6, generator=g)
+    # a verification network compares the sigmoids of its backbone outputs (what its head merges)
+    sa, sb = torch.sigmoid(fa).numpy(), torch.sigmoid(fb).numpy()
     corr = score_matrix(model, fa, fb, "corr").numpy()
-    assert corr[1, 2] == pytest.approx(np.corrcoef(fa[1].numpy(), fb[2].numpy())[0, 1], abs=1e-5)
+    assert corr[1, 2] == pytest.approx(np.corrcoef(sa[1], sb[2])[0, 1], abs=1e-5)
     l2 = score_matrix(model, fa, fb, "l2").numpy()
-    assert l2[3, 4] == pytest.approx(-np.linalg.norm(fa[3].numpy() - fb[4].numpy()), rel=1e-5)
+    assert l2[3, 4] == pytest.approx(-np.linalg.norm(sa[3] - sb[4]), rel=1e-5)
     l1 = score_matrix(model, fa, fb, "l1").numpy()
-    assert l1[0, 0] == pytest.approx(-np.abs(fa[0].numpy() - fb[0].numpy()).mean(), rel=1e-5)
+    assert l1[0, 0] == pytest.approx(-np.abs(sa[0] - sb[0]).mean(), rel=1e-5)
     pred = score_matrix(model, fa, fb, "pred", chunk=2).numpy()
     with torch.no_grad():
         direct = torch.sigmoid(model.pair_logits(fa[[2]], fb[[1]])).item()
@@ -136,8 +138,35 @@ def test_score_heads_match_their_definitions():
                                               "retrieval", x))
     with pytest.raises(ValueError, match="trained for retrieval"):
         score_matrix(retrieval, fa, fb, "pred")
+    # a retrieval (contrastive) network compares its raw outputs, whose distance its loss shaped
+    corr = score_matrix(retrieval, fa, fb, "corr").numpy()
+    assert corr[1, 2] == pytest.approx(np.corrcoef(fa[1].numpy(), fb[2].numpy())[0, 1], abs=1e-5)
+    l2 = score_matrix(retrieval, fa, fb, "l2").numpy()
+    assert l2[3, 4] == pytest.approx(-np.linalg.norm(fa[3].numpy() - fb[4].numpy()), rel=1e-5)
     with pytest.raises(ValueError, match="score head 'cos'"):
         score_matrix(model, fa, fb, "cos")
+
+
+def test_pretrained_features_train_only_the_replaced_last_layer():
+    # the pretrained space: (N, F) frozen encoder features; the filter is Linear(F -> feature_dim)
+    # and Packhäuser's pair head, trained as in the image space
+    rng = np.random.default_rng(4)
+    patterns = rng.normal(size=(16, 64))
+    x = np.concatenate([patterns + 0.2 * rng.normal(size=patterns.shape) for _ in range(2)]).astype(np.float32)
+    patients = [f"p{i:02d}" for i in range(16)] * 2
+    ids = [f"{p}_s{k}" for k in range(2) for p in patients[:16]]
+    roles = ["train" if int(p[1:]) < 10 else "heldout" for p in patients]
+    tr, va = patient_split(patients, [i for i, r in enumerate(roles) if r == "train"], 0.2, 0)
+    cfg = _cfg(epochs=15, patience=15, learning_rate=0.01, batch_pairs=8, negatives_per_positive=3)
+    model, _ = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=0, device="cpu")
+    assert model.config["backbone"] == "linear" and model.config["spatial_dims"] == 0
+    assert isinstance(model.backbone, torch.nn.Linear) and model.backbone.in_features == 64
+    held = [i for i, r in enumerate(roles) if r == "heldout"]
+    feats = embed_all(model, x, torch.device("cpu"))
+    pairs, same = filtering.verification_pairs(ids, patients, held)
+    assert roc_auc(score_matrix(model, feats, feats, "pred").numpy()[pairs[:, 0], pairs[:, 1]], same) >= 0.9
+    with pytest.raises(PrivacyDataError, match="got shape"):
+        network_config(cfg["network"], "verification", x[:, :, None])
 
 
 def test_a_2d_dataset_gets_a_2d_backbone():
@@ -213,6 +242,31 @@ def test_calibration_is_the_percentile_of_best_scores_in_either_direction():
         filtering.calibrate(s, "both", 95)
     with pytest.raises(ValueError, match="at least two held-out patients"):
         filtering.leave_one_patient_out(s, ["h"] * 4, "heldout_to_training", 95)
+
+
+def test_corr_filter_reproduces_the_echonet_synthetic_filter_koeken_evaluated():
+    """Reynaud et al.'s apply.py (github.com/HReynaud/EchoNet-Synthetic, echosyn/privacy), the
+    protocol Koeken et al. followed: features are forward_once = sigmoid(backbone(x)); tau is
+    the 95th percentile (np.percentile) over training images of their best torch.corrcoef with
+    the held-out images; a synthetic image's score is its best corrcoef with a training image."""
+    x = np.zeros((3, 1, 8, 8, 8), np.float32)
+    model = SiameseNetwork(network_config({"backbone": "resnet10", "feature_dim": 12, "width": 0.125,
+                                           "stem_stride": 2, "norm": "group"}, "verification", x))
+    g = torch.Generator().manual_seed(3)
+    f_train, f_held, f_syn = (torch.randn(n, 12, generator=g) for n in (9, 5, 4))
+    # the reference, as written there: one corrcoef over the stacked sigmoid features
+    lat_train, lat_held, lat_syn = torch.sigmoid(f_train), torch.sigmoid(f_held), torch.sigmoid(f_syn)
+    tv = torch.corrcoef(torch.cat([lat_train, lat_held]))
+    closest_train = [tv[i, len(lat_train):].max() for i in range(len(lat_train))]
+    tau_ref = np.percentile(torch.stack(closest_train).numpy(), 95)
+    ts = torch.corrcoef(torch.cat([lat_train, lat_syn]))
+    best_ref = np.array([ts[len(lat_train) + i, :len(lat_train)].max().item() for i in range(len(lat_syn))])
+    # synthaudit with head corr, direction training_to_heldout, percentile 95
+    tau = filtering.calibrate(score_matrix(model, f_held, f_train, "corr").numpy(), "training_to_heldout", 95)
+    dec = filtering.decide(score_matrix(model, f_syn, f_train, "corr").numpy(), tau,
+                           [f"t{i}" for i in range(9)], [f"p{i}" for i in range(9)])
+    assert tau == pytest.approx(float(tau_ref), abs=1e-5)
+    np.testing.assert_allclose(dec["best"], best_ref, atol=1e-5)
 
 
 def test_decide_flags_above_tau_and_attributes_the_best_match():
@@ -322,6 +376,35 @@ def test_evaluate_space_end_to_end_on_an_easy_cohort():
     assert s["sensitivity"]["heldout_patients"]["n_presented"] == 4
 
 
+def test_contrastive_filters_scored_by_correlation_evaluate_end_to_end():
+    # Koeken et al.'s text: a contrastive encoder, Pearson correlation, tau from training to held-out
+    x, ids, patients, roles = _cohort(n_train=8, n_held=4, noise=0.05)
+    tr, va = patient_split(patients, [i for i, r in enumerate(roles) if r == "train"], 0.25, 0)
+    cfg = _cfg(epochs=6, patience=6, learning_rate=0.003, batch_pairs=4, negatives_per_positive=3)
+    cfg["filter_objective"] = "retrieval"
+    cfg["calibration"].update(head="corr", direction="training_to_heldout")
+    filters = [train_network(x, patients, tr, va, cfg["network"], cfg["training"], objective="retrieval",
+                             seed=s, device="cpu")[0] for s in (0, 1)]
+    rng = np.random.default_rng(9)
+    syn = np.concatenate([x[[0, 2, 4]] + 0.05 * rng.normal(size=x[[0, 2, 4]].shape),
+                          rng.normal(size=(3, *x.shape[1:]))]).astype(np.float32)
+    out = evaluate_space({"x": x, "ids": ids, "patients": patients, "roles": roles},
+                         {"x": syn, "ids": [f"s{i}" for i in range(6)], "datasets": ["gen"] * 6},
+                         filters, None, cfg)
+    s = out["summary"]
+    v = s["verification"]
+    assert v["score_head"] == "corr" and "pred" not in v["auc_by_head"]
+    assert v["auc"] == v["auc_by_head"]["corr"] and v["auc"] >= 0.9
+    assert v["threshold"] == s["tau"]  # no probability: the decision threshold is the calibrated tau
+    assert all(f["verification_auc"] is not None for f in s["per_filter"])
+    feats = embed_all(filters[0], x, torch.device("cpu"))
+    held, train = [i for i, r in enumerate(roles) if r == "heldout"], [i for i, r in enumerate(roles) if r == "train"]
+    c = np.corrcoef(feats.numpy())  # raw features: the contrastive loss shaped their distances
+    assert s["tau"] == pytest.approx(float(np.percentile(c[np.ix_(train, held)].max(axis=1), 95)), abs=1e-5)
+    assert [r["id"] for r in out["decisions"]][:3] == ["s0", "s1", "s2"]
+    assert all(r["decision"] == "flagged" for r in out["decisions"][:3])
+
+
 # ---- params ----------------------------------------------------------------------
 
 
@@ -350,8 +433,11 @@ def test_params_refuse_privacy_settings_that_cannot_work():
     p = copy.deepcopy(PARAMS)
     p["privacy"]["calibration"]["head"] = "cosine"
     assert "privacy.calibration.head" in _error(p)
-    p["privacy"]["spaces"] = ["image"]
     p["privacy"]["calibration"]["head"] = "pred"
+    p["privacy"]["filter_objective"] = "retrieval"
+    assert "filter_objective retrieval trains no pair head" in _error(p)
+    p["privacy"]["filter_objective"] = "verification"
+    p["privacy"]["spaces"] = ["image"]
     p["privacy"]["latent_autoencoder"] = None
     validate_params(p)
 

@@ -248,6 +248,9 @@ def test_ranking_rows():
     # segmentation level: ranked by the absolute distance to the closest (RELICT 2.4), not the ratio
     rows = ranking_rows(["b", "d", "a", "c"], ["t0", "t1"], result, "asd_binary", use_ratio=False)
     assert [(r["synthetic_id"], r["score"]) for r in rows] == [("d", 0.0), ("a", 1.0), ("c", 1.0), ("b", 2.0)]
+    # a synthetic volume without foreground whose closest training volume has none either: flagged
+    n = ranking.add_empty_pairs(rows, ["b", "d", "a", "c"], ["t0", "t1"], np.array([3, 0, 0, 2]), np.array([0, 9]))
+    assert n == 2 and {r["synthetic_id"]: r["empty_pair"] for r in rows} == {"d": 1, "a": 1, "c": 0, "b": 0}
 
 
 def test_ranking_file_layout_calibration_and_transform(tmp_path):

@@ -107,3 +107,14 @@ def test_gather_refuses_incomplete_overlapping_or_inconsistent_shards():
         gather([left, _part("rmse", np.ones((2, 1)), ids_s, ["z"], data_range=1.0)], ids_s, ids_t)
     with pytest.raises(ValueError, match="no shards"):
         gather([], ids_s, ids_t)
+    # per-volume extras (the segmentation level's foreground counts) are placed by id
+    top = _part("dice_binary", np.ones((1, 3)), ["b"], ["z", "x", "y"], synthetic_foreground=np.array([0]),
+                training_foreground=np.array([5, 0, 7]))
+    bottom = _part("dice_binary", np.ones((1, 3)), ["a"], ["z", "x", "y"], synthetic_foreground=np.array([4]),
+                   training_foreground=np.array([5, 0, 7]))
+    merged = gather([top, bottom], ids_s, ids_t)
+    np.testing.assert_array_equal(merged.extras["synthetic_foreground"], [4, 0])
+    np.testing.assert_array_equal(merged.extras["training_foreground"], [0, 7, 5])
+    with pytest.raises(ValueError, match="not one entry per training volume"):
+        gather([top, _part("dice_binary", np.ones((1, 3)), ["a"], ["z", "x", "y"], training_foreground=np.zeros(2))],
+               ids_s, ids_t)

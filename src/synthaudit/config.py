@@ -358,6 +358,9 @@ def _privacy_problems(params: dict) -> list[str]:
         return []
     datasets = params["datasets"]
     out = []
+    if privacy.get("filter_objective") == "retrieval" and privacy["calibration"]["head"] == "pred":
+        out.append("privacy.calibration.head: pred is the verification head's probability, and filter_objective "
+                   "retrieval trains no pair head; score the contrastive filters by corr (Koeken et al.), l1 or l2")
     for name in privacy["training_sets"]:
         if name not in datasets:
             out.append(f"privacy.training_sets: {name!r} is not a dataset (known: {sorted(datasets)})")

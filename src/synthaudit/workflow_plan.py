@@ -493,12 +493,13 @@ class WorkflowPlan:
     # -- privacy filters and anonymisation -------------------------------------------------
 
     def privacy_spaces(self, owner: str) -> list[str]:
-        """Image space always; latent space when the named generator learns this training set."""
-        spaces = [s for s in self.privacy.get("spaces", []) if s == "image"]
-        if ("latent" in self.privacy.get("spaces", []) and self.privacy_ae
-                and self.training_of.get(self.privacy_ae) == owner):
+        """Image space and a pretrained encoder's features where listed; latent space when the
+        named generator learns this training set."""
+        wanted = self.privacy.get("spaces", [])
+        spaces = [s for s in wanted if s == "image"]
+        if "latent" in wanted and self.privacy_ae and self.training_of.get(self.privacy_ae) == owner:
             spaces.append("latent")
-        return spaces
+        return spaces + [s for s in wanted if s == "pretrained"]
 
     def privacy_synthetic_images(self, owner: str) -> list[str]:
         return [p for d in self.privacy_targets[owner] for p in self.synthetic_images(d)]

@@ -103,6 +103,8 @@ rule anonymise_metrics:
     threads: 1
     resources:
         mem_mb=500,
+    params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
     script:
         "../scripts/anonymise_metrics.py"
 

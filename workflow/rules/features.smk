@@ -95,6 +95,7 @@ rule feature_study_table:
     resources:
         mem_mb=1000,
     params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         default=config["relict"]["features"],
         networks=STUDY["networks"],
     script:

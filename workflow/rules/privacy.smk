@@ -1,5 +1,5 @@
 # Re-identification privacy filters (Packhäuser et al.; Dombrowski et al.; Koeken et al.):
-# per training set and input space (image, latent), N siamese verification networks
+# per training set and input space (image, latent, pretrained), N siamese networks
 # with different seeds and one retrieval network, trained on the training patients' scan
 # pairs; calibrated on held-out scans; applied to every synthetic set audited against
 # that training set; evaluated for verification, retrieval, sensitivity, specificity,
@@ -16,7 +16,7 @@ rule privacy_inputs:
         "logs/privacy_inputs/{dataset}/{space}.log",
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
-        space="image|latent",
+        space="image|latent|pretrained",
     conda:
         "../../envs/privacy.yaml"
     threads: 2
@@ -28,6 +28,7 @@ rule privacy_inputs:
         roles=lambda wc: [s.role for s in plan(wc).scans],
         downsample=PRIVACY.get("image_downsample", 1),
         autoencoder=PRIVACY_AE,
+        pretrained=PRIVACY.get("pretrained"),
     script:
         "../scripts/privacy_inputs.py"
 
@@ -45,7 +46,7 @@ rule privacy_inputs_synthetic:
         "logs/privacy_inputs_synthetic/{dataset}/{space}.log",
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
-        space="image|latent",
+        space="image|latent|pretrained",
     conda:
         "../../envs/privacy.yaml"
     threads: 2
@@ -56,6 +57,7 @@ rule privacy_inputs_synthetic:
         syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
         downsample=PRIVACY.get("image_downsample", 1),
         autoencoder=PRIVACY_AE,
+        pretrained=PRIVACY.get("pretrained"),
     script:
         "../scripts/privacy_inputs.py"
 
@@ -72,7 +74,7 @@ rule privacy_train:
         "benchmarks/privacy_train/{dataset}/{space}/{model}.tsv"
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
-        space="image|latent",
+        space="image|latent|pretrained",
         model=r"filter\d+|retrieval",
     priority: LATER
     conda:
@@ -107,7 +109,7 @@ rule privacy_evaluate:
         "logs/privacy_evaluate/{dataset}/{space}.log",
     wildcard_constraints:
         dataset=_alternatives(PRIVACY_SETS),
-        space="image|latent",
+        space="image|latent|pretrained",
     conda:
         "../../envs/privacy.yaml"
     threads: 2
@@ -153,6 +155,7 @@ rule privacy_metrics:
     resources:
         mem_mb=1000,
     params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         owners=PRIVACY_SETS,
     script:
         "../scripts/privacy_metrics.py"

@@ -46,6 +46,8 @@ rule recall_metrics:
     threads: 1
     resources:
         mem_mb=500,
+    params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
     script:
         "../scripts/recall_metrics.py"
 
@@ -81,6 +83,7 @@ rule generator_sweep:
     resources:
         mem_mb=1000,
     params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         datasets=SWEEP_POINTS,
         n_training=[len(generator_training_ids(d)) for d in SWEEP_POINTS],
         base=SWEEP.get("dataset"),

@@ -348,6 +348,7 @@ rule relict_metrics:
     resources:
         mem_mb=500,
     params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         datasets=DATASETS,
         rated=RATED_DATASETS,
         augmented=AUGMENTED_DATASETS,

@@ -4,9 +4,11 @@
 held-out roles) with its patient id and role; ``synthetic.npz`` (rule
 privacy_inputs_synthetic): every synthetic set filtered against it. Both are z-scored
 with the training scans' statistics (stored in real.npz). ``image`` space block-averages the
-preprocessed volumes; ``latent`` space encodes them with the generator's autoencoder.
+preprocessed volumes; ``latent`` space encodes them with the generator's autoencoder;
+``pretrained`` space embeds them with ``privacy.pretrained``'s frozen encoder.
 """
 
+import functools
 import hashlib
 
 import numpy as np
@@ -33,15 +35,32 @@ def _arrays(paths, space, log, label):
             out.append(image_input(load_volume(p)[0], factor))
             progress(k)
         return np.stack(out).astype(np.float32)
-    import torch  # latent space only: image space is NumPy, and torch costs 1.5-2.6 s to import
-
-    from synthaudit.generate import ldm
+    import torch  # latent and pretrained spaces only: image space is NumPy, and torch costs 1.5-2.6 s to import
 
     torch.set_num_threads(snakemake.threads)
+    if space == "pretrained":
+        extractor = _pretrained_extractor()
+        out = []
+        for k, path in enumerate(paths, 1):  # one volume at a time: a ResNet-152's maps of a batch are large
+            out.append(extractor.embed_many(load_volume(path)[0][None])[0])
+            progress(k)
+        return np.stack(out).astype(np.float32)
+    from synthaudit.generate import ldm
+
     model, _ = ldm.load_autoencoder(snakemake.input.autoencoder)
     latents, _ = ldm.encode(model, [load_volume(p)[0] for p in paths])
     progress(len(paths))
     return latents
+
+
+@functools.cache
+def _pretrained_extractor():
+    """privacy.pretrained's encoder, built as the feature level builds relict.features'."""
+    from synthaudit.features import extractor_from_config
+
+    cfg = snakemake.params.pretrained or {}
+    return extractor_from_config({"extractor": cfg["extractor"], "weights": cfg.get("weights"),
+                                  "grid": cfg.get("grid")})
 
 
 with logged(snakemake.log[0]) as log:
@@ -52,11 +71,15 @@ with logged(snakemake.log[0]) as log:
         real = _arrays(list(snakemake.input.real), space, log, "real")
         if space == "image":
             key = f"image/downsample{p.downsample}/{'x'.join(map(str, real.shape[2:]))}"
+        elif space == "pretrained":
+            ext = _pretrained_extractor()
+            key = f"pretrained/{ext.name}/{(ext.weights_sha256 or 'untrained')[:12]}/{real.shape[1]}"
         else:
             key = f"latent/{p.autoencoder}/{_file_digest(snakemake.input.autoencoder)}"
         train = np.array(p.roles) == "train"
-        real, mean, std = standardise(real, real[train])
-        common = {"space": np.array(space), "key": np.array(key), "mean": np.float64(mean), "std": np.float64(std)}
+        real, mean, std = standardise(real, real[train], per_feature=space == "pretrained")
+        common = {"space": np.array(space), "key": np.array(key), "mean": np.asarray(mean, np.float64),
+                  "std": np.asarray(std, np.float64)}
         with atomic_path(snakemake.output.real, suffix=".npz") as tmp:
             np.savez(tmp, x=real, ids=np.array(p.ids), patients=np.array(p.patients), roles=np.array(p.roles),
                      **common)
@@ -67,7 +90,7 @@ with logged(snakemake.log[0]) as log:
             shape = ref["x"].shape[1:]
         syn = _arrays(list(snakemake.input.synthetic), space, log, "synthetic") if snakemake.input.synthetic else \
             np.empty((0, *shape), np.float32)
-        syn = ((syn - float(common["mean"])) / float(common["std"])).astype(np.float32)
+        syn = ((syn - np.asarray(common["mean"])) / np.asarray(common["std"])).astype(np.float32)
         with atomic_path(snakemake.output.synthetic, suffix=".npz") as tmp:
             np.savez(tmp, x=syn, ids=np.array(p.syn_ids, dtype=str), datasets=np.array(p.syn_datasets, dtype=str),
                      **common)

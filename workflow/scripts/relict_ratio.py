@@ -26,6 +26,15 @@ with logged(snakemake.log[0]) as log:
     aligned = "transform" in mat.extras  # aligned measures: which transform matched the closest volume
     if aligned:
         ranking.add_transforms(rows, mat.synthetic_ids, training_ids, mat.extras["transform"])
+    empty_pairs = "synthetic_foreground" in mat.extras  # segmentation level: pairs of empty label maps
+    if empty_pairs:
+        n_empty = ranking.add_empty_pairs(rows, mat.synthetic_ids, training_ids, mat.extras["synthetic_foreground"],
+                                          mat.extras["training_foreground"])
+        if n_empty:
+            log.warning("%s: %d of %d synthetic volumes have an empty label map, as has their closest training "
+                        "volume (%s by the empty-mask rule): their rank says 'no lesion in either', not "
+                        "'copy'; the ranking's empty_pair column marks them", measure, n_empty, len(rows),
+                        "at its best (Dice 1, ASD 0)")
     null_rows = []
     if snakemake.input.heldout:
         rate = snakemake.params.rate
@@ -85,7 +94,7 @@ with logged(snakemake.log[0]) as log:
             log.warning("%s: the shortlist's recall is below relict.search.recall.min_recall %.4g: raise "
                         "relict.search.shortlist.factor or search exhaustively (relict.search.mode)", measure,
                         snakemake.params.min_recall)
-    ranking.write_ranking(snakemake.output.ranking, rows, with_transform=aligned)
+    ranking.write_ranking(snakemake.output.ranking, rows, with_transform=aligned, with_empty_pair=empty_pairs)
     write_tsv(snakemake.output.null, null_rows, calibration.NULL_COLUMNS)
     log.info("%s: ranked %d synthetic volumes by %s (n=%d); most likely replica %s (score %.4f)", measure,
              len(rows), "distance ratio" if use_ratio else "absolute distance", result.n_used,

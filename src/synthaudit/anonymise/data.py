@@ -209,6 +209,12 @@ class CommonScale:
             raise ValueError(f"features of shape {x.shape}: this scale was fitted on {self.input_dim}-d features")
         return (self._project(x) - self.mean) / self.std
 
+    def unscale(self, z: np.ndarray) -> np.ndarray:
+        """Vectors on this scale back on the extractor's own feature scale (the z-scoring
+        undone; with a projection, in the projected space, whose Euclidean distances are the
+        raw features' within a few per cent). Di Salvo et al.'s D on the raw features."""
+        return np.asarray(z, np.float64) * self.std + self.mean
+
     def describe(self) -> dict:
         """What a recipient needs to put its own features on this scale (no training rows)."""
         return {"input_dim": self.input_dim, "projection_dim": self.projection_dim,

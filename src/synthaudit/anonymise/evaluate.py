@@ -71,6 +71,7 @@ class Audit:
     replica_percentile: float
     flag_percentile: float
     warn: object = None
+    scale: CommonScale | None = None  # with it, D also on the extractor's feature scale (D_raw)
 
     def __post_init__(self):
         self.patients = sorted(set(self.training_patients))
@@ -83,6 +84,15 @@ class Audit:
         self.tau = calibrate(self._patient_similarity(ref), "heldout_to_training", self.flag_percentile)
         self.reference = {"D": float(ref.min(axis=1).mean()), "median_ratio": float(np.median(self.heldout_ratio)),
                           "ratio_threshold": self.ratio_threshold, "flag_tau": self.tau}
+        if self.scale is not None:
+            self._raw_training = self.scale.unscale(self.training)
+            self.reference["D_raw"] = self._raw_d(self.heldout)
+
+    def _raw_d(self, x: np.ndarray) -> float:
+        """D with the common z-scoring undone: the feature scale the extractor gives."""
+        raw = self.scale.unscale(x)
+        rmse = all_pairs_feature_measures(raw, self._raw_training, ["emb_rmse"])["emb_rmse"]
+        return float((rmse * np.sqrt(raw.shape[1])).min(axis=1).mean())
 
     def _distances(self, x: np.ndarray) -> np.ndarray:
         """Euclidean distances via RELICT's feature-level RMSE (x sqrt(D)): the same code path."""
@@ -101,8 +111,9 @@ class Audit:
         d = self._distances(shared)
         ratio = distance_ratio(d, self.n_closest, warn=lambda m: None)
         flags = decide(self._patient_similarity(d), self.tau, self.patients, self.patients)
+        raw = {"D_raw": self._raw_d(shared)} if self.scale is not None else {}
         return {
-            "D": float(d.min(axis=1).mean()),
+            "D": float(d.min(axis=1).mean()), **raw,
             "median_ratio": float(np.median(ratio.ratio)),
             "replica_rate": float(np.mean(ratio.ratio < self.ratio_threshold)),
             "flag_rate": float(np.mean(flags["flagged"])),
@@ -162,7 +173,7 @@ def _compare(train: Split, test: Split, cfg: Mapping, log, device: str) -> tuple
     f_val, y_val = f[val], y[val]
     audit = Audit(fit, [i for i, v in zip(train.ids, val) if not v], patients_fit, t, cfg["audit"]["n_closest"],
                   cfg["audit"]["replica_percentile"], cfg["audit"]["flag_percentile"],
-                  warn=(log.warning if log is not None else None))
+                  warn=(log.warning if log is not None else None), scale=scale)
     probe_cfg, sigmas = cfg["probe"], cfg["noise_sigmas"]
     class_counts = np.bincount(y_fit, minlength=n_classes)
     rows, artefacts = [], {"scale": scale, "classes": classes, "decoders": {}, "histories": {}, "shared": {},
@@ -219,7 +230,7 @@ def online(decoder: Decoder, variance: float, seed: int, class_counts: np.ndarra
 
 def summarise(rows: Sequence[dict], sigmas: Sequence[float]) -> list[dict]:
     """Mean and SD over seeds per method, in the order methods first appear."""
-    fields = ["D", "auc", *[f"auc_noise_{s:g}" for s in sigmas], "replica_rate", "flag_rate", "flagged_patients",
+    fields = ["D", "D_raw", "auc", *[f"auc_noise_{s:g}" for s in sigmas], "replica_rate", "flag_rate", "flagged_patients",
               "median_ratio"]
     out = []
     for method in dict.fromkeys(r["method"] for r in rows):

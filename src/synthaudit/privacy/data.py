@@ -147,9 +147,20 @@ def half_split(scan_ids: Sequence[str]) -> tuple[list[str], list[str]]:
     return ordered[:k], ordered[k:]
 
 
-def standardise(x: np.ndarray, reference: np.ndarray) -> tuple[np.ndarray, float, float]:
+def standardise(x: np.ndarray, reference: np.ndarray, per_feature: bool = False):
     """Z-score ``x`` with the mean and standard deviation of ``reference`` (the training
-    scans), so every set a filter sees (training, held-out, synthetic) is on one scale."""
+    scans), so every set a filter sees (training, held-out, synthetic) is on one scale.
+
+    Images and latents share one scale over all voxels (floats); ``per_feature`` z-scores
+    each column of (N, F) feature vectors on its own (arrays), since a pretrained encoder's
+    channels differ in scale by orders of magnitude. Constant columns are left centred."""
+    if per_feature:
+        mean = reference.mean(axis=0, dtype=np.float64)
+        std = reference.std(axis=0, dtype=np.float64)
+        if not (std > 0).any():
+            raise PrivacyDataError("the training inputs are constant; nothing to learn from")
+        std = np.where(std > 0, std, 1.0)
+        return ((x - mean) / std).astype(np.float32), mean, std
     mean = float(reference.mean(dtype=np.float64))
     std = float(reference.std(dtype=np.float64))
     if not std > 0:

@@ -39,7 +39,8 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
     Args:
         real: ``x`` (N, C, ...), ``ids``, ``patients``, ``roles`` (train / heldout).
         synthetic: ``x`` (S, C, ...), ``ids``, ``datasets`` (which synthetic set each is from).
-        filters: The N verification networks (filter 0 first).
+        filters: The N filter networks (filter 0 first): verification networks, or
+            contrastive (retrieval-objective) ones scored by ``cfg["calibration"]["head"]``.
         cfg: ``params.yaml``'s ``privacy`` block.
         truth: Per synthetic dataset, per volume id ``{"kind", "source_patient"}`` where known.
 
@@ -79,8 +80,7 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         taus.append(tau)
         if k == 0:
             first = {"f_real": f_real, "f_syn": f_syn, "r": r, "s": s, "tau": tau, "dec": dec, "model": model}
-        auc = (metrics.roc_auc(_pair_scores(model, f_real, pairs, "pred" if model.head is not None else head), same)
-               if can_verify else None)
+        auc = metrics.roc_auc(_pair_scores(model, f_real, pairs, _verification_head(model, head)), same) if can_verify else None
         per_filter.append({"filter": k, "tau": tau, "verification_auc": auc})
 
     summary: dict = {"head": head, "percentile": cal["percentile"], "direction": cal["direction"],
@@ -91,8 +91,11 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
     roc = {}
     if can_verify:
         model, f_real = first["model"], first["f_real"]
-        vscore = _pair_scores(model, f_real, pairs, "pred")
-        ver = cfg["verification"]
+        vhead = _verification_head(model, head)
+        vscore = _pair_scores(model, f_real, pairs, vhead)
+        ver = dict(cfg["verification"])
+        if vhead != "pred":  # a contrastive filter has no probability: its decision threshold is its tau
+            ver["threshold"] = first["tau"]
         boot = ver["bootstrap"]
         unit = boot.get("unit", "pair")
         pair_patients = (np.asarray(patients, dtype=object)[pairs[:, 0]], np.asarray(patients, dtype=object)[pairs[:, 1]])
@@ -101,7 +104,8 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
             unit=unit, pair_patients=pair_patients)
         summary["verification"]["auc_by_head"] = {
             h: metrics.roc_auc(_pair_scores(model, f_real, pairs, h), same)
-            for h in HEADS}
+            for h in HEADS if h != "pred" or model.head is not None}
+        summary["verification"]["score_head"] = vhead
         summary["verification"]["pairs"] = "every pair of held-out scans"
         # Packhäuser et al.'s threshold metrics: balanced pairs (every positive, as many negatives)
         keep = filtering.balanced_pairs(same, ver.get("balanced_seed", ver["bootstrap"]["seed"]))
@@ -177,6 +181,12 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
             [i for i, d in enumerate(syn_sets) if d == n])] for n in per_set}},
         "learned": {n: np.isin(train_ids, per_set[n]["learned_training_ids"]) for n in per_set},
     }
+
+
+def _verification_head(model: SiameseNetwork, head: str) -> str:
+    """Packhäuser et al.'s verification score (the head's probability), or the filter's own
+    score for a network trained without a pair head (the contrastive filter)."""
+    return "pred" if model.head is not None else head
 
 
 def _pair_scores(model, features, pairs: np.ndarray, head: str) -> np.ndarray:

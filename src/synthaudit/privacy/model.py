@@ -2,7 +2,9 @@
 both branches of a siamese pair, and the scores a privacy filter can use.
 
 A MONAI ResNet (3D for volumes and latents, 2D for slices) maps a volume to a 128-d
-feature vector. The verification head merges two feature vectors by the absolute
+feature vector; in the ``pretrained`` space a frozen pretrained encoder's features come in
+and only its replaced last layer, Linear(features -> 128), trains (Packhäuser et al. train
+all of an ImageNet ResNet-50; fine-tuning a 3D ResNet-152 is out of reach on CPUs). The verification head merges two feature vectors by the absolute
 difference of their sigmoids, then one fully connected layer and a sigmoid give the
 probability that both come from one patient. The retrieval variant has no head: it is
 trained with a contrastive loss and ranks by Euclidean distance.
@@ -12,6 +14,13 @@ Scores a filter can threshold (Dombrowski et al. 3.2: Pred / Corr / L1 / L2) are
 Pearson correlation of the feature vectors, ``l1`` and ``l2`` the negated mean absolute
 and Euclidean feature distances. Calibration and filtering then read the same way for
 every head.
+
+"The feature vector" is the one the network was trained to compare: for a verification
+network the sigmoid of the backbone's output, which its head merges (``forward_once`` in
+Packhäuser et al.'s code and in Reynaud et al.'s EchoNet-Synthetic filter, whose
+``apply.py`` scores by ``torch.corrcoef`` of those vectors: the filter Koeken et al.
+evaluated); for a retrieval network the raw output, whose Euclidean distance the
+contrastive loss shapes.
 """
 
 from __future__ import annotations
@@ -36,19 +45,15 @@ class SiameseNetwork(nn.Module):
 
     def __init__(self, config: Mapping):
         super().__init__()
-        from monai.networks.nets import ResNet
-        from monai.networks.nets.resnet import ResNetBlock
-
         self.config = dict(config)
-        if config["backbone"] not in BACKBONES:
+        if config["backbone"] == "linear":
+            # frozen pretrained features in (the pretrained space): Packhäuser's replaced fc layer,
+            # Linear(features -> feature_dim), is what trains
+            self.backbone = nn.Linear(int(config["in_channels"]), int(config["feature_dim"]))
+        elif config["backbone"] not in BACKBONES:
             raise ValueError(f"backbone {config['backbone']!r}: choose one of {sorted(BACKBONES)}")
-        self.backbone = ResNet(
-            ResNetBlock, BACKBONES[config["backbone"]], [64, 128, 256, 512],
-            spatial_dims=int(config["spatial_dims"]), n_input_channels=int(config["in_channels"]),
-            num_classes=int(config["feature_dim"]), widen_factor=float(config["width"]),
-            conv1_t_stride=int(config["stem_stride"]),
-            norm=("group", {"num_groups": 8}) if config["norm"] == "group" else "batch",
-        )
+        else:
+            self.backbone = self._resnet(config)
         self.head = nn.Linear(int(config["feature_dim"]), 1) if config["objective"] == "verification" else None
         if self.head is not None:
             # start from "a smaller feature difference means more likely one patient": a random
@@ -57,8 +62,21 @@ class SiameseNetwork(nn.Module):
             nn.init.constant_(self.head.weight, -HEAD_INIT / int(config["feature_dim"]) ** 0.5)
             nn.init.zeros_(self.head.bias)
 
+    @staticmethod
+    def _resnet(config: Mapping) -> nn.Module:
+        from monai.networks.nets import ResNet
+        from monai.networks.nets.resnet import ResNetBlock
+
+        return ResNet(
+            ResNetBlock, BACKBONES[config["backbone"]], [64, 128, 256, 512],
+            spatial_dims=int(config["spatial_dims"]), n_input_channels=int(config["in_channels"]),
+            num_classes=int(config["feature_dim"]), widen_factor=float(config["width"]),
+            conv1_t_stride=int(config["stem_stride"]),
+            norm=("group", {"num_groups": 8}) if config["norm"] == "group" else "batch",
+        )
+
     def embed(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, C, *spatial) -> (B, feature_dim) features."""
+        """(B, C, *spatial) or (B, features) -> (B, feature_dim) features."""
         return self.backbone(x)
 
     def pair_logits(self, fa: torch.Tensor, fb: torch.Tensor) -> torch.Tensor:
@@ -74,6 +92,8 @@ def score_matrix(model: SiameseNetwork, fa: torch.Tensor, fb: torch.Tensor, head
     if head not in HEADS:
         raise ValueError(f"score head {head!r}: choose one of {list(HEADS)}")
     fa, fb = fa.float(), fb.float()
+    if head != "pred" and model.head is not None:
+        fa, fb = torch.sigmoid(fa), torch.sigmoid(fb)
     if head == "corr":
         za = fa - fa.mean(1, keepdim=True)
         zb = fb - fb.mean(1, keepdim=True)

@@ -27,11 +27,16 @@ from .model import OBJECTIVES, SiameseNetwork
 
 
 def network_config(network: Mapping, objective: str, x: np.ndarray) -> dict:
-    """The architecture for inputs ``x`` (N, C, *spatial): 2D or 3D from the input."""
+    """The architecture for inputs ``x``: (N, C, *spatial) images, 2D or 3D from the input;
+    (N, F) feature vectors of a frozen pretrained encoder (the ``pretrained`` space): then the
+    trained part is the encoder's replaced last layer, Linear(F -> feature_dim)."""
     if objective not in OBJECTIVES:
         raise ValueError(f"objective {objective!r}: choose one of {list(OBJECTIVES)}")
-    if x.ndim not in (4, 5):
-        raise PrivacyDataError(f"inputs must be (N, C, H, W) or (N, C, D, H, W), got shape {x.shape}")
+    if x.ndim not in (2, 4, 5):
+        raise PrivacyDataError(f"inputs must be (N, C, H, W), (N, C, D, H, W) or (N, features), got shape {x.shape}")
+    if x.ndim == 2:
+        return {"backbone": "linear", "feature_dim": int(network["feature_dim"]), "spatial_dims": 0,
+                "in_channels": int(x.shape[1]), "objective": objective}
     return {"backbone": network["backbone"], "feature_dim": int(network["feature_dim"]),
             "width": float(network["width"]), "stem_stride": int(network["stem_stride"]),
             "norm": network["norm"], "spatial_dims": x.ndim - 2, "in_channels": int(x.shape[1]),

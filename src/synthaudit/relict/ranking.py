@@ -21,6 +21,9 @@ RANKING_COLUMNS = ["synthetic_id", "closest_training_id", "distance", "mean_n_cl
 CALIBRATION_COLUMNS = ["fpr", "n_null", "calibrated_replica"]
 # aligned measures only: the transform that matched the closest training volume
 TRANSFORM_COLUMN = "transform"
+# segmentation level only: 1 where the synthetic volume and its closest training volume both have
+# empty label maps (Dice 1, ASD 0 by RELICT's empty-mask rule: "no lesion in either", not a copy)
+EMPTY_PAIR_COLUMN = "empty_pair"
 # what a reader needs to find in a file before it trusts it as a ranking
 _REQUIRED = {"synthetic_id", "closest_training_id", "score", "rank"}
 
@@ -82,13 +85,29 @@ def add_transforms(rows: list[dict], synthetic_ids: Sequence[str], training_ids:
             or "identity"
 
 
-def ranking_columns(with_transform: bool = False) -> list[str]:
-    return RANKING_COLUMNS + CALIBRATION_COLUMNS + ([TRANSFORM_COLUMN] if with_transform else [])
+def add_empty_pairs(rows: list[dict], synthetic_ids: Sequence[str], training_ids: Sequence[str],
+                    synthetic_foreground: np.ndarray, training_foreground: np.ndarray) -> int:
+    """Fill the empty-pair column in place from the label maps' foreground voxel counts;
+    returns how many rows are such pairs."""
+    row_of = {sid: i for i, sid in enumerate(synthetic_ids)}
+    col_of = {tid: j for j, tid in enumerate(training_ids)}
+    n = 0
+    for r in rows:
+        empty = (synthetic_foreground[row_of[r["synthetic_id"]]] == 0
+                 and training_foreground[col_of[r["closest_training_id"]]] == 0)
+        r[EMPTY_PAIR_COLUMN] = int(empty)
+        n += int(empty)
+    return n
 
 
-def write_ranking(path, rows: list[dict], with_transform: bool = False) -> None:
+def ranking_columns(with_transform: bool = False, with_empty_pair: bool = False) -> list[str]:
+    return (RANKING_COLUMNS + CALIBRATION_COLUMNS + ([TRANSFORM_COLUMN] if with_transform else [])
+            + ([EMPTY_PAIR_COLUMN] if with_empty_pair else []))
+
+
+def write_ranking(path, rows: list[dict], with_transform: bool = False, with_empty_pair: bool = False) -> None:
     """Write the table atomically; calibration (and transform) cells stay empty where the rows have none."""
-    write_tsv(path, rows, ranking_columns(with_transform))
+    write_tsv(path, rows, ranking_columns(with_transform, with_empty_pair))
 
 
 def read_ranking(path) -> list[dict]:
@@ -115,4 +134,6 @@ def read_ranking(path) -> list[dict]:
         r["fpr"] = None if fpr in ("NA", "") else float(fpr)
         r["n_null"] = None if n_null in ("NA", "") else int(n_null)
         r["calibrated_replica"] = None if called in ("NA", "") else called == "1"
+        if EMPTY_PAIR_COLUMN in r:
+            r[EMPTY_PAIR_COLUMN] = r[EMPTY_PAIR_COLUMN] == "1"
     return rows

@@ -60,7 +60,8 @@ def gather(parts: Sequence[MeasureMatrix], synthetic_ids: Sequence[str], trainin
 
     Returns:
         The merged matrix: the shards' values and distances placed, the planned ids,
-        the summed ``seconds`` and the extra ``shards`` (their number).
+        the summed ``seconds``, per-volume extras (``synthetic_*``, ``training_*``) placed
+        by id, and the extra ``shards`` (their number).
 
     Raises:
         ValueError: When the shards do not tile the matrix exactly once, or disagree
@@ -75,6 +76,8 @@ def gather(parts: Sequence[MeasureMatrix], synthetic_ids: Sequence[str], trainin
     distances = np.full(shape, np.nan)
     covered = np.zeros(shape, np.int64)
     carried: dict = {}
+    placed: dict[str, np.ndarray] = {}
+    filled: dict[str, np.ndarray] = {}
     seconds = 0.0
     measure = parts[0].measure
     for k, part in enumerate(parts):
@@ -91,6 +94,18 @@ def gather(parts: Sequence[MeasureMatrix], synthetic_ids: Sequence[str], trainin
         covered[block] += 1
         seconds += float(part.seconds)
         for key, value in part.extras.items():
+            axis = _per_volume_axis(key)
+            if axis is not None:  # one entry per row (or column) of the shard: placed by id
+                index = r if axis == 0 else c
+                if np.shape(value) != (len(index),):
+                    raise ValueError(f"shard {k}: extra {key!r} has shape {np.shape(value)}, not one entry per "
+                                     f"{'synthetic' if axis == 0 else 'training'} volume ({len(index)})")
+                if key not in placed:
+                    placed[key] = np.zeros(shape[axis], np.asarray(value).dtype)
+                    filled[key] = np.zeros(shape[axis], bool)
+                placed[key][index] = value
+                filled[key][index] = True
+                continue
             if key in carried and not np.array_equal(np.asarray(carried[key]), np.asarray(value)):
                 raise ValueError(f"shards disagree on {key!r}: {carried[key]!r} vs {value!r}")
             carried.setdefault(key, value)
@@ -98,5 +113,14 @@ def gather(parts: Sequence[MeasureMatrix], synthetic_ids: Sequence[str], trainin
         missing, twice = int(np.sum(covered == 0)), int(np.sum(covered > 1))
         raise ValueError(f"the shards do not tile the {shape[0]} x {shape[1]} matrix: "
                          f"{missing} pairs missing, {twice} pairs in more than one shard")
+    unfilled = sorted(key for key, done in filled.items() if not done.all())
+    if unfilled:
+        raise ValueError(f"per-volume extra(s) {unfilled} missing from some shards")
     return MeasureMatrix(values, measure, list(synthetic_ids), list(training_ids), seconds,
-                         extras={**carried, "shards": len(parts)}, distances=distances)
+                         extras={**carried, **placed, "shards": len(parts)}, distances=distances)
+
+
+def _per_volume_axis(key: str) -> int | None:
+    """Extras named ``synthetic_*`` hold one value per row, ``training_*`` one per column
+    (e.g. the segmentation level's foreground counts); others are shared by every shard."""
+    return 0 if key.startswith("synthetic_") else 1 if key.startswith("training_") else None
