@@ -1,0 +1,91 @@
+"""The local level (relict/local.py): block geometry, block distances, per-block ratios and
+the local score, against brute-force definitions and on a pasted region."""
+
+import numpy as np
+import pytest
+from scipy.ndimage import gaussian_filter
+
+from synthaudit.relict import local
+from synthaudit.relict.ratio import distance_ratio
+
+
+def test_block_grid_is_sized_in_mm_and_blocks_are_two_cells_per_axis():
+    g = local.BlockGrid.from_mm((40, 30, 20), (1.0, 1.5, 3.0), 24.0)
+    assert g.cell == (12, 8, 4) and g.n_cells == (3, 3, 5) and g.n_blocks_per_axis == (2, 2, 4)
+    assert g.block_ranges(0) == ((0, 24), (0, 16), (0, 8))
+    assert g.block_ranges(g.n_blocks - 1) == ((12, 36), (8, 24), (12, 20))
+    centre = g.block_centre_mm(0, np.diag([1.0, 1.5, 3.0, 1.0]))
+    assert centre == pytest.approx((11.5, 11.25, 10.5))
+    with pytest.raises(ValueError, match="do not fit"):
+        local.BlockGrid.from_mm((10, 10, 10), (1.0, 1.0, 1.0), 24.0)
+
+
+def test_block_means_and_pair_distances_match_brute_force():
+    rng = np.random.default_rng(0)
+    g = local.BlockGrid.from_mm((13, 11, 9), (1.0, 1.0, 1.0), 4.0)  # cells of 2: partial cells dropped
+    syn, train = rng.normal(size=(3, 13, 11, 9)), rng.normal(size=(4, 13, 11, 9))
+    for measure, f in (("mae", np.abs), ("mse", np.square)):
+        d = local.all_pairs_block_distances(syn, iter(train), g, measure)
+        assert d.shape == (3, 4, g.n_blocks)
+        for b in (0, 7, g.n_blocks - 1):
+            (x0, x1), (y0, y1), (z0, z1) = g.block_ranges(b)
+            want = f(syn[2, x0:x1, y0:y1, z0:z1] - train[1, x0:x1, y0:y1, z0:z1]).mean()
+            assert d[2, 1, b] == pytest.approx(want, rel=1e-5)
+    keep = np.zeros(g.n_blocks, bool)
+    keep[[1, 4]] = True
+    np.testing.assert_allclose(local.all_pairs_block_distances(syn, train, g, "mse", blocks=keep),
+                               local.all_pairs_block_distances(syn, train, g, "mse")[:, :, keep])
+    with pytest.raises(ValueError, match="choose one of"):
+        local.all_pairs_block_distances(syn, train, g, "ssim")
+
+
+def test_block_ratio_is_relicts_ratio_block_by_block():
+    rng = np.random.default_rng(1)
+    d = rng.uniform(0.1, 1.0, size=(5, 12, 7))
+    r = local.block_ratios(d, 4)
+    for b in range(7):
+        ref = distance_ratio(d[:, :, b], 4)
+        np.testing.assert_allclose(r.ratio[:, b], ref.ratio)
+        np.testing.assert_array_equal(r.closest[:, b], ref.closest)
+    zero = local.block_ratios(np.zeros((1, 3, 2)), 2)
+    np.testing.assert_array_equal(zero.ratio, 1.0)  # 0 / 0: nothing to tell
+
+
+def _head(rng, shape=(36, 36, 36)):
+    """A smooth random 'anatomy' inside a sphere, air (0) outside."""
+    x = gaussian_filter(rng.normal(size=shape), 2.0) * 8 + 1.0
+    grid = np.indices(shape) - (np.array(shape)[:, None, None, None] - 1) / 2
+    return np.where((grid ** 2).sum(0) < (shape[0] / 2 - 1) ** 2, x, 0.0).astype(np.float32)
+
+
+def test_a_pasted_region_gives_its_block_the_lowest_standardised_ratio():
+    rng = np.random.default_rng(2)
+    train = np.stack([_head(rng) for _ in range(12)])
+    held = np.stack([_head(rng) for _ in range(10)])
+    novel = np.stack([_head(rng) for _ in range(3)])
+    spiked = novel.copy()
+    spiked[0, 6:18, 12:24, 12:24] = train[5, 6:18, 12:24, 12:24]  # a 12-voxel cube of training scan 5
+    g = local.BlockGrid.from_mm(train.shape[1:], (1.0, 1.0, 1.0), 12.0)
+    keep = local.anatomy_blocks(g, train.mean(0), 0.0, float(train.max() - train.min()))
+    assert 0 < keep.sum() < g.n_blocks
+    ratios = local.block_ratios(local.all_pairs_block_distances(spiked, train, g, "mse", keep), 5)
+    held_r = local.block_ratios(local.all_pairs_block_distances(held, train, g, "mse", keep), 5)
+    scores = local.local_scores(ratios, held_r)
+    held_scores = local.local_scores(held_r, held_r, [f"p{i}" for i in range(10)], self_is_heldout=True)
+    assert scores.score[0] < scores.score[1:].min() and scores.score[0] < held_scores.score.min()
+    assert scores.closest[0] == 5
+    ranges = g.block_ranges(np.flatnonzero(keep)[scores.block[0]])
+    assert ranges == ((6, 18), (12, 24), (12, 24))  # the pasted cube is exactly one block here
+    # the whole-volume ratio of the same volume stays among the novel ones' (the dilution)
+    whole = distance_ratio(((spiked[:, None] - train[None]) ** 2).mean(axis=(2, 3, 4)), 5).ratio
+    assert whole[0] > 0.5 * whole[1:].min()
+
+
+def test_held_out_scans_are_standardised_without_their_own_patient():
+    ratio = np.array([[0.1, 0.9], [0.8, 0.8], [0.9, 0.7], [0.7, 0.9]])
+    r = local.BlockRatios(ratio, np.zeros_like(ratio, dtype=int), 2)
+    own = local.local_scores(r, r, ["a", "b", "c", "d"], self_is_heldout=True)
+    alone = local.standardise_blocks(ratio[:1], ratio[1:])
+    assert own.z[0] == pytest.approx(alone[0])
+    with pytest.raises(ValueError, match="patient ids"):
+        local.local_scores(r, r, self_is_heldout=True)
