@@ -18,6 +18,7 @@ def test_block_grid_is_sized_in_mm_and_blocks_are_two_cells_per_axis():
     assert centre == pytest.approx((11.5, 11.25, 10.5))
     with pytest.raises(ValueError, match="do not fit"):
         local.BlockGrid.from_mm((10, 10, 10), (1.0, 1.0, 1.0), 24.0)
+    assert local.BlockGrid.from_mm((40, 40, 10), (1.0, 1.0, 1.0), 24.0, clamp=True).cell == (12, 12, 5)
 
 
 def test_block_means_and_pair_distances_match_brute_force():

@@ -118,6 +118,11 @@ class WorkflowPlan:
         self.calibrated = {d: [m for m in self.measures_by_dataset[d]
                                if m in self.heldout_measures.get(self.training_of[d], [])] for d in self.datasets}
         self.copies_datasets = [d for d in self.reviewed_datasets if self.calibrated[d]]
+        # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
+        self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "measure": "mse",
+                      **(config["relict"].get("local") or {})}
+        self.local_datasets = ([d for d in self.datasets if self.training_of[d] in self.calibration_bases
+                                and self.plans[d].synthetic] if self.local["enabled"] else [])
 
         # shortlist search (relict.search): one mode per training set, so that a dataset's
         # synthetic volumes and its held-out null are searched alike

@@ -67,6 +67,8 @@ ALIGNED_DATASETS = PLAN.aligned_datasets
 ALIGNED_MEASURES = PLAN.aligned_measures
 CALIBRATED = PLAN.calibrated
 CALIBRATION = PLAN.calibration
+LOCAL = PLAN.local
+LOCAL_DATASETS = PLAN.local_datasets
 RECALL_CFG = PLAN.recall
 
 # privacy filters (privacy.smk) and feature-space anonymisation (anonymise.smk)

@@ -49,14 +49,20 @@ class BlockGrid:
     cell: tuple[int, int, int]
 
     @classmethod
-    def from_mm(cls, shape: Sequence[int], spacing_mm: Sequence[float], block_mm: float) -> BlockGrid:
-        """Blocks of about ``block_mm`` per axis (an even number of voxels, at least 2)."""
+    def from_mm(cls, shape: Sequence[int], spacing_mm: Sequence[float], block_mm: float,
+                clamp: bool = False) -> BlockGrid:
+        """Blocks of about ``block_mm`` per axis (an even number of voxels, at least 2).
+
+        ``clamp``: along an axis too short for two cells of that size (a thin slab), use the
+        largest cell that gives two; otherwise such a grid is refused."""
         if block_mm <= 0:
             raise ValueError(f"block_mm must be positive, got {block_mm}")
         shape = tuple(int(n) for n in shape)
         cell = tuple(max(1, int(round(block_mm / (2 * float(s))))) for s in spacing_mm)
         if any(2 * c > n for c, n in zip(cell, shape)):
-            raise ValueError(f"blocks of {block_mm} mm ({[2 * c for c in cell]} voxels) do not fit the grid {shape}")
+            if not clamp or min(shape) < 2:
+                raise ValueError(f"blocks of {block_mm} mm ({[2 * c for c in cell]} voxels) do not fit the grid {shape}")
+            cell = tuple(min(c, n // 2) for c, n in zip(cell, shape))
         return cls(shape, cell)
 
     @property
@@ -290,6 +296,9 @@ def local_scores(ratios: BlockRatios, heldout: BlockRatios, heldout_patients: Se
         z = standardise_blocks(r, heldout.ratio)
     if valid is not None:
         z = np.where(np.asarray(valid, bool), z, np.inf)
+    if z.shape[1] == 0:  # no block to test (no anatomy found): nothing can be called
+        n = len(z)
+        return LocalScores(np.full(n, np.inf), np.zeros(n, int), np.zeros(n, int), z)
     block = z.argmin(axis=1)
     rows = np.arange(len(z))
     return LocalScores(z[rows, block], block, ratios.closest[rows, block], z)
