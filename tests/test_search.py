@@ -206,3 +206,25 @@ def test_shortlisted_engine_reads_only_the_training_volumes_a_pair_needs():
     assert read == [1, 4]
     for m in ("mae", "ssim"):
         assert np.array_equal(got[m][pairs], full[m][pairs]) and np.all(np.isnan(got[m][~pairs]))
+
+
+def test_alignment_recall_counts_the_exact_n_closest_among_the_candidates():
+    # row 0: the exhaustive search finds training volume 3 (not a candidate) among the 2 closest;
+    # row 1: the candidates hold both; the workflow's value of a candidate beats the check's
+    exhaustive = np.array([[5.0, 1.0, 9.0, 2.0], [1.5, 8.0, 7.0, 6.0]])
+    workflow = np.array([[5.0, 1.0, 9.0, 4.0], [1.0, 8.0, 2.0, 6.0]])  # 4.0: volume 3's plain distance
+    candidates = np.array([[True, True, False, False], [True, False, True, False]])
+    r = search.alignment_recall(exhaustive, workflow, candidates, 2)
+    assert r["recall"] == [0.5, 1.0] and r["recall_top_n"] == 0.75 and r["min_recall"] == 0.5
+    assert r["ratio_exact"][0] == pytest.approx(1.0 / 1.5) and r["ratio_workflow"][0] == pytest.approx(1.0 / 2.5)
+    assert r["ratio_exact"][1] == pytest.approx(1.0 / 1.5)  # min(1.5, 1.0) and min(7, 2): the workflow's own
+    assert r["max_ratio_error"] == pytest.approx(1.0 / 1.5 - 1.0 / 2.5)
+    empty = search.alignment_recall(np.zeros((0, 4)), np.zeros((0, 4)), np.zeros((0, 4), bool), 2)
+    assert empty["recall_top_n"] is None
+    report = search.aligned_report({"k": 2, "pairs_aligned": 4, "rows": ["a", "b"], "seconds": 1.0,
+                                    "measures": {"rmse": r}}, "rmse", 8, 0.999)
+    assert report["mode"] == "candidates" and report["measure"] == "rmse_aligned" and not report["recall_ok"]
+    assert report["pairs_fraction"] == 0.5 and report["rows"][0]["synthetic_id"] == "a"
+    every = search.aligned_report({"k": 4, "n_training": 4, "pairs_aligned": 8, "rows": [], "seconds": 0.0,
+                                   "measures": {"rmse": empty}}, "rmse", 8, 0.999)
+    assert every["recall_top_n"] == 1.0 and every["max_ratio_error"] == 0.0 and every["recall_ok"]

@@ -417,7 +417,11 @@ def test_shortlist_search_gives_the_exhaustive_ranking_and_measures_its_recall(t
     shortlisted = np.isfinite(np.load(wd / "results/relict/mydata/measures/mae.npz")["distances"])
     assert np.array_equal(np.isfinite(aligned["distances"]), shortlisted)  # aligned among the shortlist only
     assert np.all(aligned["distances"][shortlisted] <= full["mae"]["distances"][shortlisted] + 1e-9)
-    assert json.loads((wd / "results/relict/mydata/search/mae_aligned.json").read_text())["mode"] == "shortlist"
+    # the aligned ratio's own check: 2 volumes aligned to every training volume, so it covers the shortlist and
+    # the K = 2 aligned candidates together
+    found = json.loads((wd / "results/relict/mydata/search/mae_aligned.json").read_text())
+    assert found["mode"] == "candidates" and found["k"] == 2 and found["n_sampled"] == 2
+    assert found["pairs_computed"] == 4 * 2 and 0 <= found["recall_top_n"] <= 1
     metrics = json.loads((wd / "results/metrics/relict.json").read_text())
     shortlist = np.load(wd / "results/relict/mydata/shortlist/synthetic.npz")
     assert int(shortlist["k"]) == 4 and len(shortlist["sampled"]) == 2

@@ -139,6 +139,17 @@ def test_demo_alignment_finds_augmented_replicas_and_reports_each_kind(demo):
     assert metrics["rmse_aligned"]["by_kind_flip"]["source_found"] == 1.0
     runtime = {r["measure"]: r for r in read_tsv(demo / "results/tables/ncct_demo_aug/runtime.tsv")}
     assert float(runtime["rmse_aligned"]["compare_s"]) > float(runtime["rmse"]["compare_s"])
+    # the K = 4 candidates' recall, measured on 2 volumes aligned to all 8 training volumes (relict.alignment.recall)
+    found = json.loads((base / "search/rmse_aligned.json").read_text())
+    assert found["mode"] == "candidates" and found["k"] == 4 and found["n_sampled"] == 2
+    assert found["pairs_computed"] == len(truth) * 4 and 0 <= found["recall_top_n"] <= 1
+    assert found["heldout"]["mode"] == "candidates" and found["heldout"]["n_sampled"] == 2
+    assert metrics["rmse_aligned"]["search_mode"] == "candidates"
+    assert metrics["rmse_aligned"]["search_recall_top_n"] == found["recall_top_n"]
+    check = json.loads((base / "alignment_recall.json").read_text())
+    assert len(check["rows"]) == 2 and check["measures"]["rmse"]["n"] == 4
+    assert "aligned ratio (relict.alignment): rmse_aligned aligned on 4 candidates" in \
+        (demo / "results/verdict.rst").read_text()
 
 
 def test_feature_study_scores_candidates_as_the_workflow_scores_its_feature_level(demo):

@@ -149,6 +149,7 @@ rule relict_align:
     output:
         measures=[f"results/relict/{{dataset}}/measures/{m}.npz" for m in ALIGNED_MEASURES],
         table="results/relict/{dataset}/alignment.tsv",
+        recall="results/relict/{dataset}/alignment_recall.json",
     log:
         "logs/relict_align/{dataset}.log",
     benchmark:
@@ -165,6 +166,7 @@ rule relict_align:
         measures=ALIGN["measures"],
         synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
+        n_closest=config["relict"]["n_closest"],
     script:
         "../scripts/relict_align.py"
 
@@ -238,6 +240,7 @@ use rule relict_align as relict_heldout_align with:
     output:
         measures=[f"results/relict/{{dataset}}/heldout/{m}.npz" for m in ALIGNED_MEASURES],
         table="results/relict/{dataset}/heldout/alignment.tsv",
+        recall="results/relict/{dataset}/heldout/alignment_recall.json",
     log:
         "logs/relict_heldout_align/{dataset}.log",
     benchmark:
@@ -249,6 +252,7 @@ use rule relict_align as relict_heldout_align with:
         measures=ALIGN["measures"],
         synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
         training_ids=lambda wc: [s.id for s in plan(wc).train],
+        n_closest=config["relict"]["n_closest"],
 
 
 rule relict_ratio:
@@ -258,6 +262,14 @@ rule relict_ratio:
         shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "synthetic", wc.measure),
         heldout_shortlist=lambda wc: (
             PLAN.shortlist_file(wc.dataset, "heldout", wc.measure) if heldout_matrix(wc) else []
+        ),
+        alignment_recall=lambda wc: (
+            [f"results/relict/{wc.dataset}/alignment_recall.json"] if wc.measure in ALIGNED_MEASURES else []
+        ),
+        heldout_alignment_recall=lambda wc: (
+            [f"results/relict/{TRAINING_OF[wc.dataset]}/heldout/alignment_recall.json"]
+            if wc.measure in ALIGNED_MEASURES and heldout_matrix(wc)
+            else []
         ),
     output:
         ranking="results/relict/{dataset}/ranking_{measure}.tsv",

@@ -5,7 +5,9 @@ training volumes streamed; one matrix product per synthetic volume and group ele
 exact early rejection), then the full-resolution search on those K pairs only (coarse-to-fine
 from block means of about ``coarse_mm``, or every shift at full resolution);
 each aligned measure's matrix is the plain one with the candidate pairs replaced by
-their aligned value when lower. The per-pair transforms go to alignment.tsv.
+their aligned value when lower. The per-pair transforms go to alignment.tsv. A seeded
+sample of rows is also aligned to every training volume (relict.alignment.recall): the
+recall of the exact n closest among the candidates goes to alignment_recall.json.
 """
 
 import json
@@ -13,7 +15,7 @@ import time
 
 import numpy as np
 
-from synthaudit.io import check_on_grid, load_volume, write_tsv
+from synthaudit.io import check_on_grid, load_volume, write_json, write_tsv
 from synthaudit.logs import Progress, logged
 from synthaudit.relict import alignment as al
 from synthaudit.relict import matrix
@@ -40,6 +42,7 @@ with logged(snakemake.log[0]) as log:
     start = time.perf_counter()
     n_syn, n_train = len(snakemake.input.synthetic), len(snakemake.input.training)
     k = min(int(cfg["candidates"]), n_train)
+    factor, background = 1, 0.0
     if space.is_identity:
         log.info("search space none: the aligned measures are the plain ones")
         candidates, pairs = np.zeros((n_syn, 0), np.int64), [[] for _ in range(n_syn)]
@@ -87,3 +90,38 @@ with logged(snakemake.log[0]) as log:
         log.info("%s_aligned: %d of %d candidate pairs closer than plain", m, lowered, n_pairs)
     write_tsv(snakemake.output.table, al.alignment_rows(syn_ids, train_ids, candidates, pairs, plain, spacing),
               al.alignment_columns(measures))
+
+    # the recall check (relict.alignment.recall): a seeded sample of rows aligned to every training
+    # volume over the whole group; were the exact n closest among the K candidates?
+    rcfg = cfg.get("recall") or {"sample": 0, "seed": 0}
+    n_check = 0 if space.is_identity or k >= n_train else min(int(rcfg["sample"]), n_syn)
+    rows = sorted(int(i) for i in np.random.default_rng(int(rcfg["seed"])).choice(n_syn, n_check, replace=False))
+    t_check = time.perf_counter()
+    report = {"k": k, "n_training": n_train, "sample": int(rcfg["sample"]), "seed": int(rcfg["seed"]),
+              "pairs_aligned": n_pairs, "rows": [syn_ids[i] for i in rows], "measures": {}}
+    if rows:
+        everything = np.tile(np.arange(n_train), (len(rows), 1))
+        full = al.align_candidates([snakemake.input.synthetic[i] for i in rows], snakemake.input.training, loaded,
+                                   everything, [None] * len(rows), space, spacing, workers=snakemake.threads,
+                                   factor=factor, background=background,
+                                   progress=Progress(log, "recall check: sampled volumes aligned to every training "
+                                                     "volume", len(rows)))
+        exhaustive = al.aligned_matrices({m: plain[m][rows] for m in measures}, everything, full, spacing)
+    mask = np.zeros((len(rows), n_train), bool)
+    for r, i in enumerate(rows):
+        mask[r, candidates[i]] = True
+    for m in measures:
+        ex = exhaustive[m] if rows else np.zeros((0, n_train))
+        report["measures"][m] = relict_search.alignment_recall(ex, matrices[m][rows], mask, snakemake.params.n_closest)
+    report["seconds"] = time.perf_counter() - t_check
+    write_json(snakemake.output.recall, report)
+    if rows:
+        log.info("recall check: %d volumes aligned to all %d training volumes in %.1f s; recall of the exact %d "
+                 "closest among the %d candidates: %s; largest ratio error %s", len(rows), n_train,
+                 report["seconds"], min(snakemake.params.n_closest, n_train), k,
+                 ", ".join(f"{m} {report['measures'][m]['recall_top_n']:.4f}" for m in measures),
+                 ", ".join(f"{m} {report['measures'][m]['max_ratio_error']:.3g}" for m in measures))
+    else:
+        log.info("recall check: none (%s)", "every training volume is a candidate" if k >= n_train and
+                 not space.is_identity else "relict.alignment.recall.sample is 0" if not space.is_identity
+                 else "search space none")

@@ -34,7 +34,7 @@ with logged(snakemake.log[0]) as log:
             e["search_mode"] = found["mode"]
             e["search_pairs_fraction"] = found["pairs_fraction"]
             e["search_recall_top_n"] = found["recall_top_n"]
-            if found["mode"] == "shortlist":  # measured on the rows also searched exhaustively
+            if found["mode"] in ("shortlist", "candidates"):  # measured on rows also searched exhaustively
                 e["search_n_sampled"] = found["n_sampled"]
                 e["search_min_recall"] = found["min_recall"]
                 e["search_max_ratio_error"] = found["max_ratio_error"]

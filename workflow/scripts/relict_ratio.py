@@ -82,6 +82,24 @@ with logged(snakemake.log[0]) as log:
         mat.distances, shortlist, measure, snakemake.params.n_closest,
         scores=(lambda r, c: r) if use_ratio else (lambda r, c: c), heldout=heldout, calls=calls,
         min_recall=snakemake.params.min_recall, ids=mat.synthetic_ids)
+    if snakemake.input.get("alignment_recall"):  # aligned measures: K candidates aligned, recall measured
+        import json
+
+        recall = json.loads(open(snakemake.input.alignment_recall[0]).read())
+        report = search.aligned_report(recall, measure.removesuffix("_aligned"), int(mat.distances.size),
+                                       snakemake.params.min_recall)
+        if snakemake.input.get("heldout_alignment_recall"):  # the null's aligned ratio, checked alike
+            held_recall = json.loads(open(snakemake.input.heldout_alignment_recall[0]).read())
+            report["heldout"] = search.aligned_report(held_recall, measure.removesuffix("_aligned"),
+                                                      int(held.distances.size), snakemake.params.min_recall)
+        if report["recall_top_n"] is not None:
+            log.info("%s: %d candidates aligned per volume; on %d volumes aligned to every training volume the "
+                     "recall of the exact %d closest is %.4f (lowest %.4f), the largest ratio error %.3g", measure,
+                     report["k"], report["n_sampled"], result.n_used, report["recall_top_n"], report["min_recall"],
+                     report["max_ratio_error"])
+            if not report["recall_ok"]:
+                log.warning("%s: the aligned candidates' recall is below relict.search.recall.min_recall %.4g: raise "
+                            "relict.alignment.candidates", measure, snakemake.params.min_recall)
     write_json(snakemake.output.search, report)
     if report["mode"] == "shortlist":
         log.info("%s: shortlist search computed %d of %d pairs (%.1f %%); on %d volumes searched exhaustively the "

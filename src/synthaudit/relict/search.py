@@ -329,6 +329,60 @@ def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.nda
             "max_closest_error": float(np.max(np.abs(short.closest_distance - exact.closest_distance)))}
 
 
+def alignment_recall(exhaustive: np.ndarray, workflow: np.ndarray, candidates: np.ndarray, n: int) -> dict:
+    """How far the aligned ratio's K candidates are from aligning every training volume.
+
+    Args:
+        exhaustive: (R, T) aligned distances of R sampled rows against every training volume
+            (the whole group searched); the exact values are the lower of these and
+            ``workflow``'s (the candidates' own search may find a lower one).
+        workflow: (R, T) the same rows as the workflow's aligned matrix holds them: aligned for
+            the K candidates, the plain distance (an upper bound) elsewhere.
+        candidates: (R, T) boolean mask of the K candidates.
+        n: The ratio's n (clamped to T).
+
+    Returns:
+        Per row ``recall`` (the exact n closest among the candidates), ``ratio_exact`` and
+        ``ratio_workflow``; and ``recall_top_n`` (mean), ``min_recall``, ``max_ratio_error``.
+    """
+    from .ratio import distance_ratio
+
+    exact = np.minimum(np.asarray(exhaustive, np.float64), np.asarray(workflow, np.float64))
+    work = np.asarray(workflow, np.float64)
+    cand = np.asarray(candidates, bool)
+    if exact.shape != work.shape or exact.shape != cand.shape:
+        raise ValueError(f"shapes differ: exhaustive {exact.shape}, workflow {work.shape}, candidates {cand.shape}")
+    if len(exact) == 0:
+        return {"n": int(n), "recall": [], "ratio_exact": [], "ratio_workflow": [], "recall_top_n": None,
+                "min_recall": None, "max_ratio_error": None}
+    n = min(int(n), exact.shape[1])
+    order = np.argsort(exact, axis=1, kind="stable")[:, :n]
+    recall = np.take_along_axis(cand, order, axis=1).mean(axis=1)
+    r_exact = distance_ratio(exact, n, warn=lambda message: None).ratio
+    r_work = distance_ratio(work, n, warn=lambda message: None).ratio
+    return {"n": n, "recall": recall.tolist(), "ratio_exact": r_exact.tolist(), "ratio_workflow": r_work.tolist(),
+            "recall_top_n": float(recall.mean()), "min_recall": float(recall.min()),
+            "max_ratio_error": float(np.max(np.abs(r_work - r_exact)))}
+
+
+def aligned_report(recall: dict, measure: str, n_pairs_total: int, min_recall: float) -> dict:
+    """``search/<measure>_aligned.json`` from relict_align's recall check: the K candidates'
+    mode, what was aligned, and the measured recall (None where no row was sampled)."""
+    m = recall["measures"][measure]
+    r = m["recall_top_n"]
+    if recall["k"] >= recall.get("n_training", math.inf):  # every training volume aligned: exact by construction
+        m = {**m, "recall_top_n": 1.0, "min_recall": 1.0, "max_ratio_error": 0.0}
+        r = 1.0
+    return {"measure": f"{measure}_aligned", "mode": "candidates", "k": recall["k"],
+            "pairs_total": n_pairs_total, "pairs_computed": recall["pairs_aligned"],
+            "pairs_fraction": recall["pairs_aligned"] / n_pairs_total if n_pairs_total else None,
+            "min_recall_threshold": min_recall, "n_sampled": len(recall["rows"]), "recall_top_n": r,
+            "min_recall": m["min_recall"], "max_ratio_error": m["max_ratio_error"],
+            "recall_ok": bool(r is None or r >= min_recall), "seconds_check": recall["seconds"],
+            "rows": [{"synthetic_id": i, "recall": a, "ratio_exact": b, "ratio_workflow": c}
+                     for i, a, b, c in zip(recall["rows"], m["recall"], m["ratio_exact"], m["ratio_workflow"])]}
+
+
 def aligned_to(shortlist: Shortlist, query_ids: Sequence[str], training_ids: Sequence[str], what: str) -> Shortlist:
     """The shortlist, checked to list the matrix's rows and columns in the same order (a stale one is refused)."""
     if list(map(str, query_ids)) != shortlist.query_ids or list(map(str, training_ids)) != shortlist.training_ids:

@@ -110,26 +110,53 @@ def verdict_lines(v: dict) -> list[str]:
 
 
 def search_lines(searches: dict[str, dict]) -> list[str]:
-    """The shortlist search's line (relict.search), and a warning where its measured recall is too low."""
+    """The shortlist search's line (relict.search) and the aligned candidates' (relict.alignment), each
+    with a warning where its measured recall is too low."""
+    return _shortlist_lines(searches) + _aligned_lines(searches)
+
+
+def _recall_lines(found: dict[str, dict], head: str, unmeasured: str, measured: str, why: str) -> list[str]:
+    """One search's line: the lowest measured recall, or why none was measured; a warning below the threshold."""
+    x = next(iter(found.values()))
+    recalls = [s["recall_top_n"] for s in found.values()]
+    if any(r is None for r in recalls):
+        return [head + unmeasured]
+    lines = [head + f"on {x['n_sampled']} volumes {measured}, the recall of the exact n closest is "
+             f"{min(recalls):.4f} or more"]
+    low = [m for m, s in found.items() if not s["recall_ok"]]
+    if low:
+        lines.append(f"    WARNING: recall below {x['min_recall_threshold']:g} for {', '.join(low)}: {why}")
+    return lines
+
+
+def _aligned_lines(searches: dict[str, dict]) -> list[str]:
+    aligned = {m: x for m, x in searches.items() if x.get("mode") == "candidates"}
+    if not aligned:
+        return []
+    k = next(iter(aligned.values()))["k"]
+    return _recall_lines(
+        aligned, f"  aligned ratio (relict.alignment): {', '.join(aligned)} aligned on {k} candidates per volume; ",
+        "no volume was aligned to every training volume (relict.alignment.recall.sample is 0), so the candidates' "
+        "recall was not measured", "aligned to every training volume",
+        "close training volumes were not among the aligned candidates (their plain distance stood); raise "
+        "relict.alignment.candidates")
+
+
+def _shortlist_lines(searches: dict[str, dict]) -> list[str]:
     searched = {m: x for m, x in searches.items() if x.get("mode") == "shortlist"}
     if not searched:
         return []
     x = next(iter(searched.values()))
     fractions = [100 * s["pairs_fraction"] for s in searched.values()]
-    head = (f"  shortlist search (relict.search): {', '.join(searched)} on {x['k']} candidates per volume, "
-            f"{_span(fractions)} % of the pairs computed; ")
-    recalls = [s["recall_top_n"] for s in searched.values()]
-    if any(r is None for r in recalls):
-        return [head + "no volume was searched exhaustively (relict.search.recall.sample is 0), so its recall "
-                "was not measured"]
     changed = [s["calls_changed"] for s in searched.values() if s.get("calls_changed") is not None]
-    lines = [head + f"on {x['n_sampled']} volumes also searched exhaustively, the recall of the exact n closest "
-             f"is {min(recalls):.4f} or more" + (f", calls changed: {sum(changed)}" if changed else "")]
-    low = [m for m, s in searched.items() if not s["recall_ok"]]
-    if low:
-        lines.append(f"    WARNING: recall below {x['min_recall_threshold']:g} for {', '.join(low)}: the shortlist "
-                     "missed close training volumes; raise relict.search.shortlist.factor or set "
-                     "relict.search.mode: exhaustive")
+    lines = _recall_lines(
+        searched, f"  shortlist search (relict.search): {', '.join(searched)} on {x['k']} candidates per volume, "
+        f"{_span(fractions)} % of the pairs computed; ",
+        "no volume was searched exhaustively (relict.search.recall.sample is 0), so its recall was not measured",
+        "also searched exhaustively", "the shortlist missed close training volumes; raise "
+        "relict.search.shortlist.factor or set relict.search.mode: exhaustive")
+    if changed and all(s["recall_top_n"] is not None for s in searched.values()):
+        lines[0] += f", calls changed: {sum(changed)}"
     return lines
 
 
