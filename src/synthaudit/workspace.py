@@ -46,6 +46,7 @@ ALIGNMENT_BUDGET_HOURS = 4.0
 # synthetic volumes of the NCCT bench cohort (make bench-alignment-recall): K = n held 72-90 % of the
 # exact 50 closest aligned distances (ratio up to 0.021 low), K = 2n 98-100 % (within 0.0002)
 ALIGNMENT_CANDIDATES_PER_N = 2
+RECALL_CHECK_COST = 2.5  # a pair of the alignment's recall check against one of its candidates (demo: 0.15 / 0.06 s)
 RELICT_N = 50  # RELICT 2.4: the ratio's n closest training volumes
 VOXELS_1MM = 182 * 218 * 182
 
@@ -667,10 +668,15 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     factor = al.preselect_factor(float(params["preselect_block_mm"]), shape, spacing, space, 0.5 * 8000 * 2 ** 20)
     k = min(ALIGNMENT_CANDIDATES_PER_N * n, n_train)
     pairs = (n_synthetic + n_heldout) * k
-    seconds = pairs * SECONDS_PER_ALIGNED_PAIR_1MM * scale
+    # the recall check (relict.alignment.recall): sampled volumes of both sets aligned to every training
+    # volume over the whole group, ~2.5x the per-pair cost (the demo: 0.15 against 0.06 s per pair)
+    sample = int((params.get("recall") or {}).get("sample", 0)) if k < n_train else 0
+    check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
+    seconds = (pairs + RECALL_CHECK_COST * check_pairs) * SECONDS_PER_ALIGNED_PAIR_1MM * scale
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "extractor": "astra_resnet152" if astra_installed() else None,
             "alignment_on": seconds <= ALIGNMENT_BUDGET_HOURS * 3600, "alignment_pairs": pairs,
+            "alignment_recall_check_pairs": check_pairs,
             "alignment_candidates": k,
             "alignment_hours": seconds / 3600, "preselect_factor": factor,
             "preselect_block_mm": float(params["preselect_block_mm"])}
@@ -751,7 +757,9 @@ def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "d
          f"from your data: RELICT's 50 (774 training volumes there); {d['n_train']} training scans"
          + ("" if n == RELICT_N else f" allow {n} (all of them); ratios are not comparable with n = 50"))
     grid = " x ".join(map(str, d["shape"])) + " at " + "/".join(f"{x:g}" for x in d["spacing_mm"]) + " mm"
-    estimate = (f"about {d['alignment_hours']:.1f} h on 2 threads for {d['alignment_pairs']} pairs on your {grid} grid")
+    estimate = (f"about {d['alignment_hours']:.1f} h on 2 threads for {d['alignment_pairs']} pairs on your {grid} grid"
+                + (f", and {d['alignment_recall_check_pairs']} pairs of its recall check (relict.alignment.recall)"
+                   if d.get("alignment_recall_check_pairs") else ""))
     if d["alignment_on"]:
         _set(doc, "relict.alignment.datasets", [name],
              f"on (init): augmented copies (flipped, shifted, rotated) searched; {estimate}; [] turns it off")
