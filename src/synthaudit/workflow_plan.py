@@ -119,7 +119,7 @@ class WorkflowPlan:
                                if m in self.heldout_measures.get(self.training_of[d], [])] for d in self.datasets}
         self.copies_datasets = [d for d in self.reviewed_datasets if self.calibrated[d]]
         # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
-        self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "measure": "mse",
+        self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "error": "squared",
                       **(config["relict"].get("local") or {})}
         self.local_datasets = ([d for d in self.datasets if self.training_of[d] in self.calibration_bases
                                 and self.plans[d].synthetic] if self.local["enabled"] else [])

@@ -81,7 +81,8 @@ with logged(snakemake.log[0]) as log:
     held = np.stack([read(x) for x in snakemake.input.heldout])
     queries = np.concatenate([syn, held])
     progress = Progress(log, "training volumes compared block by block", len(train_paths))
-    d = local.all_pairs_block_distances(queries, (read(x) for x in train_paths), grid, cfg["measure"], keep,
+    measure = {"squared": "mse", "absolute": "mae"}[cfg.get("error", "squared")]
+    d = local.all_pairs_block_distances(queries, (read(x) for x in train_paths), grid, measure, keep,
                                         progress=progress)
     valid = local.volume_blocks(grid, np.concatenate([np.stack([raw(x) for x in snakemake.input.synthetic]),
                                                       np.stack([raw(x) for x in snakemake.input.heldout])]),
