@@ -37,13 +37,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _load(path: Path) -> tuple[np.ndarray, np.ndarray]:
-    import nibabel as nib
-
-    img = nib.load(str(path))
-    return np.asarray(img.dataobj, np.float32), img.affine
-
-
 def paste_weights(shape, centre_vox, side_vox, margin_vox) -> np.ndarray:
     """1 inside the cube, a linear ramp to 0 over the margin, 0 outside (separable)."""
     w = np.ones(shape, np.float32)
@@ -72,6 +65,7 @@ def rescan_noise(h_vol: np.ndarray, held: list[dict]) -> float:
 def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: float, margin_mm: float,
         measures, out: Path, cost_scale: bool = True, noise: str = "none", seed: int = 0,
         smooth_mm: float = 0.0) -> dict:
+    from synthaudit.io import load_volume
     from synthaudit.relict import calibration, local
     from synthaudit.relict.ratio import distance_ratio
 
@@ -81,9 +75,10 @@ def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: floa
     labels = dataset_dir / "labels"
     train = [r for r in rows if r["role"] == "train"]
     held = [r for r in rows if r["role"] == "heldout"]
-    t_vol = np.stack([_load(images / f"{r['id']}.nii.gz")[0] for r in train])
-    h_vol = np.stack([_load(images / f"{r['id']}.nii.gz")[0] for r in held])
-    affine = _load(images / f"{train[0]['id']}.nii.gz")[1]
+    loaded = [load_volume(images / f"{r['id']}.nii.gz") for r in train]
+    t_vol = np.stack([v for v, _ in loaded])
+    affine = loaded[0][1]
+    h_vol = np.stack([load_volume(images / f"{r['id']}.nii.gz")[0] for r in held])
     spacing = np.sqrt((affine[:3, :3] ** 2).sum(0))
     shape = t_vol.shape[1:]
     held_patients = [r["patient_id"] for r in held]
@@ -100,7 +95,7 @@ def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: floa
             donor_i = (k * 3 + int(size)) % len(train)
             donor = train[donor_i]
             lab_path = labels / f"{donor['id']}.nii.gz"
-            lab = _load(lab_path)[0] if lab_path.exists() else np.zeros(shape)
+            lab = load_volume(lab_path)[0] if lab_path.exists() else np.zeros(shape)
             fg = np.argwhere(lab > 0)
             centre = fg.mean(0) if len(fg) else (np.array(shape) - 1) / 2.0
             side = np.asarray(size) / spacing
