@@ -103,3 +103,27 @@ def test_feature_encoder_is_the_pretrained_ct_encoder_where_installed(tmp_path, 
     repo = yaml.safe_load(ws.resources.default_params().read_text())["relict"]["features"]["extractor"]
     assert _params(tmp_path / "without")["relict"]["features"]["extractor"] == repo
     assert plan["estimate_cpu_minutes"] >= 0 and "ResNet-50" in plan["levels"][1]
+
+
+def test_local_level_on_with_held_out_scans_when_its_volumes_fit_in_memory(tmp_path, monkeypatch):
+    # relict.local is one key; init turns it on where held-out scans calibrate it and the job's
+    # volumes (synthetic, held-out, controls; raw and smoothed) fit, and says why otherwise
+    write_workspace(tmp_path / "none", _folders(tmp_path / "in", 6), progress=lambda m: None)
+    assert _params(tmp_path / "none")["relict"]["local"]["enabled"] is False
+    assert "off (init): needs held-out scans (--heldout)" in (tmp_path / "none/params.yaml").read_text()
+    inp = _folders(tmp_path / "in2", 6)
+    rng = np.random.default_rng(1)
+    for k in range(4):
+        save_volume(tmp_path / "in2" / "heldout" / f"h{k:03d}_s0.nii.gz", rng.random(SHAPE).astype(np.float32),
+                    np.diag([1.5, 1.5, 1.5, 1.0]))
+    inp.heldout = tmp_path / "in2" / "heldout"
+    plan = write_workspace(tmp_path / "with", inp, progress=lambda m: None)
+    p = _params(tmp_path / "with")
+    assert p["relict"]["local"]["enabled"] is True and plan["derived"]["local_on"] is True
+    # 3 synthetic + 4 held-out + 4 x 3 controls, twice, float32, on the 12 x 14 x 10 grid
+    assert plan["derived"]["local_memory_gb"] == pytest.approx((3 + 4 + 12) * 2 * 4 * 12 * 14 * 10 / 2 ** 30)
+    assert "on (init): regions copied into new volumes" in (tmp_path / "with/params.yaml").read_text()
+    monkeypatch.setattr(ws, "LOCAL_MEMORY_GB", 1e-9)
+    write_workspace(tmp_path / "big", inp, progress=lambda m: None)
+    assert _params(tmp_path / "big")["relict"]["local"]["enabled"] is False
+    assert "the job would hold about 0 GB of volumes, above 1e-09" in (tmp_path / "big/params.yaml").read_text()

@@ -40,6 +40,18 @@ def test_block_means_and_pair_distances_match_brute_force():
         local.all_pairs_block_distances(syn, train, g, "ssim")
 
 
+def test_cell_sums_of_several_training_volumes_match_numpy():
+    # the kernel reads training volumes in pairs: an odd count checks the remainder
+    rng = np.random.default_rng(5)
+    syn, train = rng.normal(size=(2, 14, 12, 11)).astype(np.float32), rng.normal(size=(3, 14, 12, 11)).astype(np.float32)
+    abs_c, sq_c = local.cell_error_sums(syn, train, (3, 4, 5))
+    assert abs_c.shape == sq_c.shape == (2, 3, 4, 3, 2)
+    d = (syn[:, None] - train[None])[..., :12, :12, :10].astype(np.float64)
+    for out, f in ((abs_c, np.abs), (sq_c, np.square)):
+        want = f(d).reshape(2, 3, 4, 3, 3, 4, 2, 5).sum(axis=(3, 5, 7))
+        np.testing.assert_allclose(out, want, rtol=1e-5)
+
+
 def test_block_ratio_is_relicts_ratio_block_by_block():
     rng = np.random.default_rng(1)
     d = rng.uniform(0.1, 1.0, size=(5, 12, 7))
@@ -90,3 +102,63 @@ def test_held_out_scans_are_standardised_without_their_own_patient():
     assert own.z[0] == pytest.approx(alone[0])
     with pytest.raises(ValueError, match="patient ids"):
         local.local_scores(r, r, self_is_heldout=True)
+
+
+# --- positive controls -----------------------------------------------------------------------------
+
+
+def test_paste_weights_are_one_inside_ramp_over_the_margin_and_zero_beyond():
+    w = local.paste_weights((21, 21, 21), (10, 10, 10), (6, 6, 6), (2, 2, 2))
+    assert w[10, 10, 10] == 1 and w[7, 10, 10] == 1 and w[13, 10, 10] == 1  # |x - 10| <= 3
+    assert w[14, 10, 10] == pytest.approx(0.5) and w[6, 10, 10] == pytest.approx(0.5)  # 1 voxel into a 2-voxel ramp
+    assert w[15, 10, 10] == 0 and w[0, 0, 0] == 0
+    assert w[14, 14, 10] == pytest.approx(0.25)  # separable: the product of the axes' ramps
+    hard = local.paste_weights((9, 9, 9), (4, 4, 4), (3, 3, 3), (0, 0, 0))
+    assert set(np.unique(hard)) == {0.0, 1.0} and hard.sum() == 27
+
+
+def test_controls_give_every_recipient_each_size_and_use_every_donor_before_repeating_one():
+    plan = local.plan_controls(7, 3, [20.0, 30.0], seed=4)
+    assert len(plan) == 14
+    for size in (20.0, 30.0):
+        rows = [(r, d) for s, r, d in plan if s == size]
+        assert [r for r, _ in rows] == list(range(7))
+        donors = [d for _, d in rows]
+        assert sorted(donors[:3]) == [0, 1, 2] and sorted(donors[3:6]) == [0, 1, 2]
+    assert plan == local.plan_controls(7, 3, [20.0, 30.0], seed=4)  # seeded
+    assert plan != local.plan_controls(7, 3, [20.0, 30.0], seed=5)
+    with pytest.raises(ValueError, match="training scans"):
+        local.plan_controls(3, 0, [20.0], 0)
+
+
+def test_spike_pastes_the_donor_inside_and_keeps_the_recipient_outside():
+    rng = np.random.default_rng(0)
+    recipient, donor = rng.normal(size=(2, 30, 30, 30)).astype(np.float32)
+    out = local.spike(recipient, donor, (15, 15, 15), 10.0, (1.0, 1.0, 1.0), 2.0, 0.0, rng)
+    np.testing.assert_array_equal(out[11:20, 11:20, 11:20], donor[11:20, 11:20, 11:20])
+    np.testing.assert_array_equal(out[:8], recipient[:8])
+    noisy = local.spike(recipient, donor, (15, 15, 15), 10.0, (1.0, 1.0, 1.0), 2.0, 0.5, np.random.default_rng(1))
+    resid = (noisy - donor)[11:20, 11:20, 11:20]
+    assert resid.std() == pytest.approx(0.5, rel=0.1)  # fresh noise on the region only
+    np.testing.assert_array_equal(noisy[:8], recipient[:8])
+
+
+def test_noise_estimates_recover_a_known_sd():
+    rng = np.random.default_rng(3)
+    anatomy = gaussian_filter(rng.normal(size=(3, 24, 24, 24)), 4) * 20
+    scans = np.concatenate([anatomy + rng.normal(0, 0.1, anatomy.shape), anatomy + rng.normal(0, 0.1, anatomy.shape)])
+    patients = ["a", "b", "c", "a", "b", "c"]
+    assert local.rescan_noise_sd(scans, patients) == pytest.approx(0.1, rel=0.05)
+    assert local.rescan_noise_sd(scans[:3], patients[:3]) is None  # nobody scanned twice
+    flat = np.full((2, 24, 24, 24), 5.0) + rng.normal(0, 0.2, (2, 24, 24, 24))
+    assert local.neighbour_noise_sd(flat, np.ones(flat.shape, bool)) == pytest.approx(0.2, rel=0.05)
+
+
+def test_distinctive_centre_finds_where_the_donor_differs_from_the_cohort():
+    rng = np.random.default_rng(4)
+    mean = _head(rng)
+    donor = mean.copy()
+    donor[24:28, 10:14, 14:18] += 5.0  # a 'lesion' only this scan has
+    inside = mean != 0
+    centre = local.distinctive_centre(donor, mean, inside, (6, 6, 6))
+    assert all(lo - 2 <= c <= hi + 1 for c, (lo, hi) in zip(centre, ((24, 27), (10, 13), (14, 17)))), centre

@@ -53,6 +53,7 @@ def tiny_params() -> dict:
     p["datasets"]["ncct_demo_aug"]["measures"] = ["rmse"]  # MAE's alignment: tests/test_alignment.py
     p["relict"]["alignment"].update(measures=["rmse"], candidates=4)
     p["relict"]["n_closest"] = 4
+    p["relict"]["local"]["enabled"] = False  # the local level: test_workflow_demo's fixture switches it on
     p["relict"]["calibration"]["rate"] = 0.2  # 6 held-out NCCT scans (4 in a pool without a non-replica's own patient)
     # the feature-level study on one dataset: the configured network (its result must equal the
     # workflow's own feature level) and a small one, two grids

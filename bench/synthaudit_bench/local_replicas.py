@@ -38,28 +38,17 @@ import numpy as np
 
 
 def paste_weights(shape, centre_vox, side_vox, margin_vox) -> np.ndarray:
-    """1 inside the cube, a linear ramp to 0 over the margin, 0 outside (separable)."""
-    w = np.ones(shape, np.float32)
-    for axis, (n, c) in enumerate(zip(shape, centre_vox)):
-        x = np.arange(n, dtype=np.float64)
-        half = side_vox[axis] / 2.0
-        dist = np.abs(x - c) - half  # <= 0 inside
-        prof = np.clip(1.0 - dist / max(margin_vox[axis], 1e-9), 0.0, 1.0) if margin_vox[axis] > 0 else (dist <= 0)
-        prof = np.where(dist <= 0, 1.0, prof)
-        w *= prof.astype(np.float32).reshape([-1 if a == axis else 1 for a in range(3)])
-    return w
+    """The workflow's blend (``synthaudit.relict.local.paste_weights``)."""
+    from synthaudit.relict import local
+
+    return local.paste_weights(shape, centre_vox, side_vox, margin_vox)
 
 
 def rescan_noise(h_vol: np.ndarray, held: list[dict]) -> float:
-    """Per-scan noise SD from the held-out patients' two registered sessions: SD(bl - fu) / sqrt(2),
-    the median over patients (the anatomy is the same, so the difference is two scans' noise,
-    plus what registration and the lesion change leave)."""
-    by_patient: dict[str, list[int]] = {}
-    for i, r in enumerate(held):
-        by_patient.setdefault(r["patient_id"], []).append(i)
-    sds = [float(np.std(h_vol[a] - h_vol[b]) / np.sqrt(2)) for a, b, *_ in
-           (v for v in by_patient.values() if len(v) >= 2)]
-    return float(np.median(sds)) if sds else 0.0
+    """The workflow's rescan noise estimate (``local.rescan_noise_sd``); 0 without repeat scans."""
+    from synthaudit.relict import local
+
+    return local.rescan_noise_sd(h_vol, [r["patient_id"] for r in held]) or 0.0
 
 
 def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: float, margin_mm: float,

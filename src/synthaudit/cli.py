@@ -126,9 +126,18 @@ def _where(args) -> int:
     if copies.is_file():  # calibrated calls against the held-out scans, combined over the measures
         print(f"  calibrated copies:  {copies.relative_to(root)}, results/relict/<dataset>/copies.tsv")
         for d, c in read_metrics(copies).items():
+            if "n_copies" not in c:  # a set without calibrated measures
+                continue
             print(f"    {d:>12}: {c['n_copies']} synthetic volume(s) called copies at a false-positive rate of "
                   f"{c['rate']:g} ({_pct(c.get('percent_synthetic_copies'))}), {c['n_patients_copied']} training "
                   f"patient(s) copied ({_pct(c.get('percent_patients_copied'))}); {c['n_heldout']} held-out scans")
+            if "local_n_called" in c:  # relict.local: regions copied into new volumes, and its controls
+                sizes = [k.removeprefix("local_control_").removesuffix("mm_sensitivity") for k in c
+                         if k.startswith("local_control_") and k.endswith("mm_sensitivity")
+                         and "whole_volume" not in k]
+                print(f"    {'':>12}  local copies: {c['local_n_called']} volume(s) called; positive controls called "
+                      + (", ".join(f"{s} mm {c[f'local_control_{s}mm_sensitivity']:.2f}" for s in sizes) or "none")
+                      + f" (results/relict/{d}/local/)")
     privacy = root / "results/metrics/privacy.json"
     if privacy.is_file():
         print(f"  privacy filters:    {privacy.relative_to(root)}, results/privacy/<training set>/<space>/")

@@ -121,7 +121,10 @@ class WorkflowPlan:
         # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
         self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "error": "squared",
                       **(config["relict"].get("local") or {})}
-        self.local_datasets = ([d for d in self.datasets if self.training_of[d] in self.calibration_bases
+        self.local["controls"] = {"sizes_mm": [20.0, 30.0, 40.0], "margin_mm": 3.0, "noise_sd": "auto", "seed": 0,
+                                  **(self.local.get("controls") or {})}
+        # the reviewed sets (the generator sweep's sets are scored for its curve only)
+        self.local_datasets = ([d for d in self.reviewed_datasets if self.training_of[d] in self.calibration_bases
                                 and self.plans[d].synthetic] if self.local["enabled"] else [])
 
         # shortlist search (relict.search): one mode per training set, so that a dataset's

@@ -641,6 +641,9 @@ def _datasets_block(inp: Inputs, summary: dict, manifest: str, n_heldout: int) -
     return "\n".join(lines) + "\n"
 
 
+LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job holds its volumes in memory)
+
+
 def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict) -> dict:
     """The values ``init`` derives from the user's data instead of taking the demo's (issue 29).
 
@@ -673,7 +676,13 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     sample = int((params.get("recall") or {}).get("sample", 0)) if k < n_train else 0
     check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
     seconds = (pairs + RECALL_CHECK_COST * check_pairs) * SECONDS_PER_ALIGNED_PAIR_1MM * scale
+    # the local level holds every synthetic, held-out and control volume twice (raw and smoothed)
+    local_cfg = _repo_params()["relict"]["local"]
+    n_controls = n_heldout * len((local_cfg.get("controls") or {}).get("sizes_mm", []))
+    local_gb = (n_synthetic + n_heldout + n_controls) * 2 * 4 * float(np.prod(shape)) / 2 ** 30
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
+            "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
+            "n_heldout": n_heldout,
             "extractor": "astra_resnet152" if astra_installed() else None,
             "alignment_on": seconds <= ALIGNMENT_BUDGET_HOURS * 3600, "alignment_pairs": pairs,
             "alignment_recall_check_pairs": check_pairs,
@@ -775,6 +784,14 @@ def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "d
     _set(doc, "relict.alignment.preselect_block_mm", float(d["preselect_block_mm"]),
          f"{f}x{f}x{f} voxels on your grid ({' x '.join(f'{f * x:g}' for x in d['spacing_mm'])} mm); "
          "larger blocks where memory (mem_mb) needs")
+    if d["local_on"]:
+        _set(doc, "relict.local.enabled", True,
+             f"on (init): regions copied into new volumes; the job holds about {d['local_memory_gb']:.1f} GB "
+             "of volumes (synthetic, held-out and positive controls)")
+    else:
+        why = (f"the job would hold about {d['local_memory_gb']:.0f} GB of volumes, above {LOCAL_MEMORY_GB:g}"
+               if d["n_heldout"] >= 2 else "needs held-out scans (--heldout)")
+        _set(doc, "relict.local.enabled", False, f"off (init): {why}")
     if d.get("extractor"):
         _set(doc, "relict.features.extractor", d["extractor"],
              "init: the pretrained 3D CT encoder (installed); on real heads both embedding measures "

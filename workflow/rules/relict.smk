@@ -349,6 +349,7 @@ rule relict_metrics:
         features=[f"results/relict/features/{d}/synthetic.npz" for d in FEATURE_DATASETS],
         augmentation=[f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],
         copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
+        local=[f"results/relict/{d}/local/local.json" for d in LOCAL_DATASETS],
     output:
         relict="results/metrics/relict.json",
         copies="results/metrics/copies.json",
@@ -366,6 +367,7 @@ rule relict_metrics:
         augmented=AUGMENTED_DATASETS,
         feature_datasets=FEATURE_DATASETS,
         copies_datasets=COPIES_DATASETS,
+        local_datasets=LOCAL_DATASETS,
         measures=MEASURES_BY_DS,
         n_closest=config["relict"]["n_closest"],
     script:
@@ -420,14 +422,23 @@ rule relict_local:
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
         heldout=lambda wc: preprocessed_images(TRAINING_OF[wc.dataset], role="heldout"),
         grid=grid_json,
+        # the positive controls centre a donor's region on its label foreground where every scan has one
+        labels=lambda wc: training_labels(wc) if TRAINING_OF[wc.dataset] in LABELLED_DATASETS else [],
     output:
         calls="results/relict/{dataset}/local/local_calls.tsv",
+        controls="results/relict/{dataset}/local/local_controls.tsv",
         summary="results/relict/{dataset}/local/local.json",
         figure=report(
             "results/figures/{dataset}/local_copies.png",
             category="Local copies",
             subcategory="{dataset}",
             caption="../report/local_copies.rst",
+        ),
+        control_figure=report(
+            "results/figures/{dataset}/local_controls.png",
+            category="Local copies",
+            subcategory="{dataset}",
+            caption="../report/local_controls.rst",
         ),
     log:
         "logs/relict_local/{dataset}.log",

@@ -18,7 +18,11 @@ from synthaudit.io import check_on_grid, load_volume, write_json, write_tsv
 from synthaudit.logs import Progress, logged
 from synthaudit.relict import calibration, local
 from synthaudit.relict.alignment import background_level
+from synthaudit.relict.ratio import distance_ratio
 
+CONTROL_COLUMNS = ["size_mm", "recipient_id", "recipient_patient_id", "donor_id", "donor_patient_id", "centre_mm",
+                   "centred_on", "local_score", "fpr", "called", "closest_training_id", "right_patient",
+                   "block_in_region", "whole_rmse_ratio", "whole_rmse_fpr", "whole_rmse_called"]
 COLUMNS = ["rank", "synthetic_id", "local_score", "fpr", "n_null", "called", "closest_training_id",
            "closest_patient_id", "block_centre_mm", "block_voxels", "blocks_tested"]
 
@@ -38,18 +42,21 @@ with logged(snakemake.log[0]) as log:
     smooth = float(cfg.get("smooth_mm", 0.0))
     sigma = [smooth / s for s in spacing]
 
-    def read(path):
-        data, aff = load_volume(path)
-        check_on_grid(path, data, aff, grid_info)
-        data = np.asarray(data, np.float32)
-        if smooth > 0:
-            from scipy.ndimage import gaussian_filter
+    def smoothed(v):
+        if smooth <= 0:
+            return v
+        from scipy.ndimage import gaussian_filter
 
-            data = gaussian_filter(data, sigma).astype(np.float32)
-        return data
+        return gaussian_filter(v, sigma).astype(np.float32)
+
+    def read(path):
+        """A volume on the grid, smoothed (``smooth_mm``)."""
+        return smoothed(raw(path))
 
     def raw(path):
-        return np.asarray(load_volume(path)[0], np.float32)
+        data, aff = load_volume(path)
+        check_on_grid(path, data, aff, grid_info)
+        return np.asarray(data, np.float32)
 
     train_paths = list(snakemake.input.training)
     window = grid_info.get("intensity_range")
@@ -77,36 +84,96 @@ with logged(snakemake.log[0]) as log:
         log.warning("local: no block of %s mm has anatomy in at least half its voxels (off the background %.4g by 5 %% "
                     "of the range): nothing to test; a smaller relict.local.block_mm may fit", cfg["block_mm"],
                     background)
-    syn = np.stack([read(x) for x in snakemake.input.synthetic])
-    held = np.stack([read(x) for x in snakemake.input.heldout])
-    queries = np.concatenate([syn, held])
+
+    syn_raw = np.stack([raw(x) for x in snakemake.input.synthetic])
+    held_raw = np.stack([raw(x) for x in snakemake.input.heldout])
+    n_syn, n_held = len(syn_raw), len(held_raw)
+
+    # positive controls: a training scan's region pasted into each held-out scan, per size
+    ctl_cfg = cfg.get("controls") or {}
+    sizes = [float(x) for x in ctl_cfg.get("sizes_mm", [])]
+    controls, ctl_raw, noise_sd, noise_source = [], [], 0.0, None
+    if sizes and keep.any():
+        margin, seed = float(ctl_cfg.get("margin_mm", 3.0)), int(ctl_cfg.get("seed", 0))
+        if ctl_cfg.get("noise_sd", "auto") == "auto":
+            noise_sd = local.rescan_noise_sd(held_raw, list(p.heldout_patients))
+            noise_source = "rescan: held-out patients scanned twice"
+            if noise_sd is None:
+                inside = [(np.abs(v - background) > 0.05 * data_range) & (True if ceiling is None else v < ceiling)
+                          for v in first]
+                noise_sd, noise_source = local.neighbour_noise_sd(first, inside), "neighbouring voxels (a lower estimate)"
+        else:
+            noise_sd, noise_source = float(ctl_cfg["noise_sd"]), "params"
+        labels = list(snakemake.input.labels)
+        donors = {}
+        for size, r, d in local.plan_controls(n_held, len(train_paths), sizes, seed):
+            if d not in donors:
+                donors[d] = raw(train_paths[d])
+            donor = donors[d]
+            centre, how = None, "distinctive"
+            if labels:
+                fg = np.argwhere(np.asarray(load_volume(labels[d])[0]) > 0)
+                if len(fg):
+                    centre, how = tuple(float(c) for c in fg.mean(0)), "label"
+            if centre is None:
+                inside = (np.abs(donor - background) > 0.05 * data_range) & (True if ceiling is None else donor < ceiling)
+                centre = local.distinctive_centre(smoothed(donor), mean, inside, [size / s for s in spacing])
+            rng = np.random.default_rng([seed, r, d, int(round(size * 10))])
+            ctl_raw.append(local.spike(held_raw[r], donor, centre, size, spacing, margin, noise_sd, rng))
+            controls.append(local.Control(size, r, d, centre, how))
+        donors.clear()
+        log.info("positive controls: %d (%s mm cubes, one per held-out scan and size), fresh noise SD %.4g (%s)",
+                 len(controls), "/".join(f"{x:g}" for x in sizes), noise_sd, noise_source)
+    # one copy of every query volume, raw (anatomy per block, whole-volume RMSE) and smoothed (blocks)
+    queries_raw = np.concatenate([syn_raw, held_raw, *(c[None] for c in ctl_raw)])
+    del syn_raw, held_raw, ctl_raw
+    queries = np.empty_like(queries_raw)
+    for i, v in enumerate(queries_raw):
+        queries[i] = smoothed(v)
+    # the whole-volume RMSE of the held-out scans and the controls, in the same pass over training
+    whole = queries_raw[n_syn:] if controls else None
+    whole_cols = []
+
+    def training_stream():
+        from synthaudit.relict.image_measures import all_pairs_image_measures
+
+        for path in train_paths:
+            t = raw(path)
+            if whole is not None:
+                whole_cols.append(all_pairs_image_measures(whole, t[None], ["rmse"], data_range=data_range,
+                                                           threads=int(snakemake.threads), device="cpu")["rmse"][:, 0])
+            yield smoothed(t)
+
     progress = Progress(log, "training volumes compared block by block", len(train_paths))
     measure = {"squared": "mse", "absolute": "mae"}[cfg.get("error", "squared")]
-    d = local.all_pairs_block_distances(queries, (read(x) for x in train_paths), grid, measure, keep,
-                                        progress=progress)
-    valid = local.volume_blocks(grid, np.concatenate([np.stack([raw(x) for x in snakemake.input.synthetic]),
-                                                      np.stack([raw(x) for x in snakemake.input.heldout])]),
-                                background, data_range, keep, ceiling=ceiling)
-    n_syn = len(syn)
+    d = local.all_pairs_block_distances(queries, training_stream(), grid, measure, keep, progress=progress)
+    valid = local.volume_blocks(grid, queries_raw, background, data_range, keep, ceiling=ceiling)
     ratios = local.block_ratios(d, int(p.n_closest))
-    r_syn = local.BlockRatios(ratios.ratio[:n_syn], ratios.closest[:n_syn], ratios.n_used)
-    r_held = local.BlockRatios(ratios.ratio[n_syn:], ratios.closest[n_syn:], ratios.n_used)
+
+    def rows_of(lo, hi):
+        return local.BlockRatios(ratios.ratio[lo:hi], ratios.closest[lo:hi], ratios.n_used)
+
+    r_held = rows_of(n_syn, n_syn + n_held)
     held_scores = local.local_scores(r_held, r_held, list(p.heldout_patients), self_is_heldout=True,
-                                     valid=valid[n_syn:])
-    # a synthetic volume made from a held-out scan is judged without that patient's scans
-    sources = [p.source_patients.get(i) for i in p.synthetic_ids]
+                                     valid=valid[n_syn:n_syn + n_held])
     hp = np.asarray(p.heldout_patients)
-    score = np.empty(n_syn)
-    block = np.zeros(n_syn, int)
-    closest = np.zeros(n_syn, int)
-    zmaps = np.empty((n_syn, int(keep.sum())))
-    for src in sorted(set(sources), key=str):
-        mine = np.array([s == src for s in sources])
-        ref = r_held if src is None else local.BlockRatios(r_held.ratio[hp != src], r_held.closest[hp != src],
-                                                            r_held.n_used)
-        sc = local.local_scores(local.BlockRatios(r_syn.ratio[mine], r_syn.closest[mine], r_syn.n_used), ref,
-                                valid=valid[:n_syn][mine])
-        score[mine], block[mine], closest[mine], zmaps[mine] = sc.score, sc.block, sc.closest, sc.z
+
+    def scored(r, v, sources):
+        """Local scores of rows ``r``; a row made from a held-out patient's scan is judged without that
+        patient's scans (its block medians and its null)."""
+        n = len(r.ratio)
+        out = (np.empty(n), np.zeros(n, int), np.zeros(n, int), np.empty((n, r.ratio.shape[1])))
+        for src in sorted(set(sources), key=str):
+            mine = np.array([s == src for s in sources])
+            ref = r_held if src is None else local.BlockRatios(r_held.ratio[hp != src], r_held.closest[hp != src],
+                                                                r_held.n_used)
+            sc = local.local_scores(local.BlockRatios(r.ratio[mine], r.closest[mine], r.n_used), ref, valid=v[mine])
+            for arr, val in zip(out, (sc.score, sc.block, sc.closest, sc.z)):
+                arr[mine] = val
+        return out
+
+    sources = [p.source_patients.get(i) for i in p.synthetic_ids]
+    score, block, closest, zmaps = scored(rows_of(0, n_syn), valid[:n_syn], sources)
     null = calibration.Null(list(p.heldout_ids), list(p.heldout_patients), held_scores.score,
                             [p.training_ids[j] for j in held_scores.closest])
     rate = float(p.rate)
@@ -133,6 +200,62 @@ with logged(snakemake.log[0]) as log:
             "blocks_tested": int(valid[i].sum()),
         })
     write_tsv(snakemake.output.calls, rows, COLUMNS)
+
+    def control_report():
+        """Score the positive controls like synthetic volumes (each judged without its recipient
+        patient), and the whole-volume RMSE ratio of the same volumes; local_controls.tsv and the
+        per-size figures for local.json. None without controls."""
+        if not controls:
+            write_tsv(snakemake.output.controls, [], CONTROL_COLUMNS)
+            return None
+        lo = n_syn + n_held
+        recipients = [p.heldout_patients[c.recipient] for c in controls]
+        c_score, c_block, c_closest, _ = scored(rows_of(lo, lo + len(controls)), valid[lo:], recipients)
+        c_calls = calibration.calibrate(c_score, null, rate, recipients)
+        w = np.stack(whole_cols, axis=1)  # (held-out + controls, training): whole-volume RMSE
+        w_held = distance_ratio(w[:n_held], int(p.n_closest))
+        w_null = calibration.Null(list(p.heldout_ids), list(p.heldout_patients), w_held.ratio,
+                                  [p.training_ids[j] for j in w_held.closest])
+        w_ratio = distance_ratio(w[n_held:], int(p.n_closest)).ratio
+        w_calls = calibration.calibrate(w_ratio, w_null, rate, recipients)
+        crow = []
+        for k, c in enumerate(controls):
+            found = np.isfinite(c_score[k])
+            ranges = grid.block_ranges(int(kept[c_block[k]])) if found else None
+            half = [c.size_mm / 2.0 / s_ for s_ in spacing]
+            inside = found and all(a < cc + h and b > cc - h for (a, b), cc, h in zip(ranges, c.centre_vox, half))
+            right = found and p.training_patients[c_closest[k]] == p.training_patients[c.donor]
+            crow.append({
+                "size_mm": c.size_mm, "recipient_id": p.heldout_ids[c.recipient], "recipient_patient_id": recipients[k],
+                "donor_id": p.training_ids[c.donor], "donor_patient_id": p.training_patients[c.donor],
+                "centre_mm": ",".join(f"{v:.1f}" for v in (affine @ np.array([*c.centre_vox, 1.0]))[:3]),
+                "centred_on": c.centred_on,
+                "local_score": float(c_score[k]) if found else "NA", "fpr": float(c_calls["fpr"][k]) if found else "NA",
+                "called": int(c_calls["called"][k]),
+                "closest_training_id": p.training_ids[c_closest[k]] if found else "NA",
+                "right_patient": int(bool(right)), "block_in_region": int(bool(inside)),
+                "whole_rmse_ratio": float(w_ratio[k]), "whole_rmse_fpr": float(w_calls["fpr"][k]),
+                "whole_rmse_called": int(w_calls["called"][k]),
+            })
+        write_tsv(snakemake.output.controls, crow, CONTROL_COLUMNS)
+        by_size = {}
+        for size in sizes:
+            sel = [r for r in crow if r["size_mm"] == size]
+            n = len(sel)
+            by_size[f"{size:g}"] = {
+                "n": n,
+                "sensitivity": sum(r["called"] for r in sel) / n,
+                "called_right_patient": sum(r["called"] * r["right_patient"] for r in sel) / n,
+                "called_block_in_region": sum(r["called"] * r["block_in_region"] for r in sel) / n,
+                "whole_volume_rmse_sensitivity": sum(r["whole_rmse_called"] for r in sel) / n,
+            }
+        w_check = calibration.heldout_check(w_null, rate)
+        return {"n": len(controls), "sizes_mm": sizes, "margin_mm": float(ctl_cfg.get("margin_mm", 3.0)),
+                "noise_sd": noise_sd, "noise_source": noise_source,
+                "centred_on": {k: sum(c.centred_on == k for c in controls) for k in ("label", "distinctive")},
+                "by_size_mm": by_size,
+                "whole_volume_rmse_heldout_false_positive_rate": float(w_check["called"].mean()),
+                "figure": "results/figures/%s/local_controls.png" % snakemake.wildcards.dataset}
     smallest = calibration.min_rate(len(p.heldout_ids))
     summary = {
         "settings": {**cfg, "n_closest": int(ratios.n_used), "rate": rate, "block_voxels": [2 * c for c in grid.cell],
@@ -144,6 +267,7 @@ with logged(snakemake.log[0]) as log:
         "smallest_possible_rate": smallest,
         "called": [r["synthetic_id"] for r in rows if r["called"]],
     }
+    summary["controls"] = control_report()
     write_json(snakemake.output.summary, summary)
     if smallest > rate:
         log.warning("local: %d held-out scans support no rate below %.3f, above the calibration rate %.3f: nothing "
@@ -151,6 +275,54 @@ with logged(snakemake.log[0]) as log:
     log.info("local: %d of %d synthetic volumes called local copies at %.3f; held-out scans called when left out: "
              "%d of %d", summary["n_called"], n_syn, rate, summary["heldout_called_leave_patient_out"],
              len(p.heldout_ids))
+    ctl = summary["controls"]
+    if ctl:
+        log.info("positive controls called at %.3f, by cube side: %s (whole-volume RMSE ratio: %s)", rate,
+                 ", ".join(f"{k} mm {v['sensitivity']:.2f}" for k, v in ctl["by_size_mm"].items()),
+                 ", ".join(f"{k} mm {v['whole_volume_rmse_sensitivity']:.2f}" for k, v in ctl["by_size_mm"].items()))
+
+    def control_figure():
+        """Fraction of the positive controls called per cube side: the local level beside the
+        whole-volume RMSE ratio, both calibrated at the rate on the same held-out scans."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        from synthaudit.io import atomic_path
+
+        fig, ax = plt.subplots(figsize=(6, 3.4))
+        if not ctl:
+            ax.text(0.5, 0.5, "no positive controls (relict.local.controls.sizes_mm is empty,\n"
+                    "or no block could be tested)", ha="center", va="center")
+            ax.axis("off")
+        else:
+            keys = list(ctl["by_size_mm"])
+            x = np.arange(len(keys))
+            loc = [ctl["by_size_mm"][k]["sensitivity"] for k in keys]
+            who = [ctl["by_size_mm"][k]["whole_volume_rmse_sensitivity"] for k in keys]
+            ax.bar(x - 0.18, loc, 0.36, label="local level", color="tab:red")
+            ax.bar(x + 0.18, who, 0.36, label="whole-volume RMSE ratio", color="tab:gray")
+            for xi, v in zip(x, loc):
+                ax.text(xi - 0.18, v + 0.02, f"{v:.2f}", ha="center", fontsize=8)
+            for xi, v in zip(x, who):
+                ax.text(xi + 0.18, v + 0.02, f"{v:.2f}", ha="center", fontsize=8)
+            ax.axhline(summary["heldout_false_positive_rate"] or 0, color="k", ls=":", lw=1,
+                       label=f"held-out scans called (local, {summary['heldout_called_leave_patient_out']} of "
+                             f"{n_held})")
+            ax.set_xticks(x, [f"{k} mm\n(n = {ctl['by_size_mm'][k]['n']})" for k in keys])
+            ax.set_ylim(0, 1.4)
+            ax.set_yticks([0, 0.2, 0.4, 0.6, 0.8, 1.0])
+            ax.set_ylabel(f"called at rate {rate:g}")
+            ax.set_title(f"{snakemake.wildcards.dataset}: training regions pasted into held-out scans "
+                         f"(noise SD {ctl['noise_sd']:.3g})", fontsize=9)
+            ax.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
+        fig.tight_layout()
+        with atomic_path(snakemake.output.control_figure, suffix=".png") as tmp:
+            fig.savefig(tmp, dpi=100)
+        plt.close(fig)
+
+    control_figure()
 
     # the figure: the most suspicious volumes, the block's slice beside the matching training slice
     def figure():

@@ -1,5 +1,6 @@
 """Snakemake adapter: results/metrics/relict.json (per dataset and measure) and
-results/metrics/copies.json (per dataset: Dar et al.'s copy counts from the calibrated calls),
+results/metrics/copies.json (per dataset: Dar et al.'s copy counts from the calibrated calls, and the
+local level's calls and positive controls where relict.local is on),
 aggregates only (for `dvc metrics diff`). Two files so that every entry of relict.json is a measure."""
 
 import json
@@ -23,6 +24,7 @@ with logged(snakemake.log[0]) as log:
     embedding_meta = {d: load_embeddings(f)[2] for d, f in zip(snakemake.params.feature_datasets,
                                                                   snakemake.input.features)}
     copies = {d: json.loads(open(f).read()) for d, f in zip(snakemake.params.copies_datasets, snakemake.input.copies)}
+    local = {d: json.loads(open(f).read()) for d, f in zip(snakemake.params.local_datasets, snakemake.input.local)}
     metrics = {}
     for d in snakemake.params.datasets:
         entry = {}
@@ -86,6 +88,13 @@ with logged(snakemake.log[0]) as log:
                           **{k: c[k] for k in ("n_copies", "percent_synthetic_copies", "n_patients_copied",
                                                "percent_patients_copied", "sensitivity", "specificity",
                                                "balanced_accuracy") if c.get(k) is not None}}
+    for d, summary in local.items():  # relict.local: calls, the held-out check and the positive controls
+        entry = {"local_n_called": summary["n_called"], "local_anatomy_blocks": summary["n_anatomy_blocks"],
+                 "local_heldout_false_positive_rate": summary["heldout_false_positive_rate"]}
+        for size, c in ((summary.get("controls") or {}).get("by_size_mm") or {}).items():
+            entry[f"local_control_{size}mm_sensitivity"] = c["sensitivity"]
+            entry[f"local_control_{size}mm_whole_volume_rmse_sensitivity"] = c["whole_volume_rmse_sensitivity"]
+        copy_counts.setdefault(d, {}).update(entry)
     write_metrics(snakemake.output.relict, metrics, snakemake.config.get("_provenance"))
     write_metrics(snakemake.output.copies, copy_counts, snakemake.config.get("_provenance"))
     log.info("metrics for %d dataset(s): %s", len(metrics), snakemake.output.relict)

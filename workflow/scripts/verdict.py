@@ -47,6 +47,11 @@ with logged(snakemake.log[0]) as log:
         png = base64.encodebytes(Path(figure).read_bytes()).decode().split()
         sections += [".. raw:: html", "", f'   <img alt="{d}: most likely replicas" style="max-width:100%"',
                      '        src="data:image/png;base64,'] + [f"   {chunk}" for chunk in png] + ['   ">', ""]
+        local_png = Path(f"results/figures/{d}/local_copies.png")
+        if "local" in v and v["local"]["n_called"] and local_png.is_file():  # where the called regions are
+            png = base64.encodebytes(local_png.read_bytes()).decode().split()
+            sections += [".. raw:: html", "", f'   <img alt="{d}: local copies" style="max-width:100%"',
+                         '        src="data:image/png;base64,'] + [f"   {chunk}" for chunk in png] + ['   ">', ""]
         log.info("%s", "\n".join(lines))
     with atomic_path(snakemake.output.rst) as tmp:
         Path(tmp).write_text("\n".join(sections) + "\n")

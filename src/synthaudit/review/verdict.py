@@ -51,6 +51,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     if warnings.is_file():  # what init accepted with a warning qualifies the answer (an empty sample's "replica")
         out["input_warnings"] = [(r["id"], r["role"], r["warning"]) for r in read_tsv(warnings)
                                  if r.get("dataset") == dataset]
+    local = base / "local" / "local.json"
+    if local.is_file():  # relict.local: regions copied into otherwise new volumes
+        out["local"] = local_verdict(base / "local")
     if copies:
         out["rate"], out["n_heldout"] = copies["rate"], copies["n_heldout"]
         out["combined"] = copies["combined"]
@@ -58,6 +61,44 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
         out["copied_patients"] = [(r["patient_id"], r["copied_by"].split()) for r in read_tsv(table)
                                   if r.get("combined_copies", "0") not in ("", "0")] if table.is_file() else []
     return out
+
+
+def local_verdict(folder: Path) -> dict:
+    """The local level's answer (local.json, local_calls.tsv): its calls with their block and
+    training patient, the held-out check and the positive controls per region size."""
+    summary = json.loads((folder / "local.json").read_text())
+    calls = [r for r in read_tsv(folder / "local_calls.tsv") if r.get("called") == "1"] \
+        if (folder / "local_calls.tsv").is_file() else []
+    settings = summary.get("settings", {})
+    return {"n_called": summary["n_called"], "n_synthetic": summary["n_synthetic"],
+            "n_heldout": summary["n_heldout"], "rate": settings.get("rate"), "block_mm": settings.get("block_mm"),
+            "heldout_called": summary["heldout_called_leave_patient_out"],
+            "n_anatomy_blocks": summary.get("n_anatomy_blocks"),
+            "calls": [(r["synthetic_id"], r["closest_training_id"], r["closest_patient_id"], r["block_centre_mm"],
+                       r["fpr"]) for r in calls],
+            "controls": (summary.get("controls") or {}).get("by_size_mm")}
+
+
+def local_lines(loc: dict) -> list[str]:
+    """A verdict's "local copies" lines: what was called, where, and what the controls found."""
+    head = (f"  local copies (relict.local, blocks of {loc['block_mm']:g} mm): {loc['n_called']} of "
+            f"{loc['n_synthetic']} volumes hold a block called a copy at rate {loc['rate']:g}; "
+            f"{loc['heldout_called']} of {loc['n_heldout']} held-out scans called when left out")
+    if not loc.get("n_anatomy_blocks"):
+        return [f"  local copies (relict.local): no block of {loc['block_mm']:g} mm holds anatomy in half its voxels "
+                "(sparse images such as angiograms): nothing tested"]
+    lines = [head]
+    for syn, train, patient, centre, fpr in loc["calls"][:8]:
+        lines.append(f"    {syn}: block centred at ({centre}) mm ~ {train} (patient {patient}), rate {float(fpr):.3g}")
+    if len(loc["calls"]) > 8:
+        lines.append(f"    ... and {len(loc['calls']) - 8} more (local/local_calls.tsv)")
+    c = loc.get("controls")
+    if c:
+        lines.append("    positive controls, a training region pasted into each held-out scan: called "
+                     + ", ".join(f"{k} mm {v['sensitivity']:.2f}" for k, v in c.items())
+                     + "; the whole-volume RMSE ratio on the same volumes: "
+                     + ", ".join(f"{v['whole_volume_rmse_sensitivity']:.2f}" for v in c.values()))
+    return lines
 
 
 def verdict_lines(v: dict) -> list[str]:
@@ -96,6 +137,8 @@ def verdict_lines(v: dict) -> list[str]:
                      f"for {v['dataset']} (add it to relict.alignment.datasets); a generator trained with such "
                      "augmentations can emit copies these measures miss")
     lines += search_lines({m: e["search"] for m, e in v["measures"].items() if "search" in e})
+    if "local" in v:
+        lines += local_lines(v["local"])
     first = next(iter(v["measures"]))
     top = ", ".join(f"{s} ~ {t} ({score:.3g})" for s, t, score in v["measures"][first]["most_likely"])
     lines.append(f"  most likely replicas ({first}): {top}")
