@@ -25,7 +25,7 @@ def test_block_means_and_pair_distances_match_brute_force():
     rng = np.random.default_rng(0)
     g = local.BlockGrid.from_mm((13, 11, 9), (1.0, 1.0, 1.0), 4.0)  # cells of 2: partial cells dropped
     syn, train = rng.normal(size=(3, 13, 11, 9)), rng.normal(size=(4, 13, 11, 9))
-    for measure, f in (("mae", np.abs), ("mse", np.square)):
+    for measure, f in (("block_mae", np.abs), ("block_mse", np.square)):
         d = local.all_pairs_block_distances(syn, iter(train), g, measure)
         assert d.shape == (3, 4, g.n_blocks)
         for b in (0, 7, g.n_blocks - 1):
@@ -34,8 +34,8 @@ def test_block_means_and_pair_distances_match_brute_force():
             assert d[2, 1, b] == pytest.approx(want, rel=1e-5)
     keep = np.zeros(g.n_blocks, bool)
     keep[[1, 4]] = True
-    np.testing.assert_allclose(local.all_pairs_block_distances(syn, train, g, "mse", blocks=keep),
-                               local.all_pairs_block_distances(syn, train, g, "mse")[:, :, keep])
+    np.testing.assert_allclose(local.all_pairs_block_distances(syn, train, g, "block_mse", blocks=keep),
+                               local.all_pairs_block_distances(syn, train, g, "block_mse")[:, :, keep])
     with pytest.raises(ValueError, match="choose one of"):
         local.all_pairs_block_distances(syn, train, g, "ssim")
 
@@ -81,8 +81,8 @@ def test_a_pasted_region_gives_its_block_the_lowest_standardised_ratio():
     g = local.BlockGrid.from_mm(train.shape[1:], (1.0, 1.0, 1.0), 12.0)
     keep = local.anatomy_blocks(g, train.mean(0), 0.0, float(train.max() - train.min()))
     assert 0 < keep.sum() < g.n_blocks
-    ratios = local.block_ratios(local.all_pairs_block_distances(spiked, train, g, "mse", keep), 5)
-    held_r = local.block_ratios(local.all_pairs_block_distances(held, train, g, "mse", keep), 5)
+    ratios = local.block_ratios(local.all_pairs_block_distances(spiked, train, g, "block_mse", keep), 5)
+    held_r = local.block_ratios(local.all_pairs_block_distances(held, train, g, "block_mse", keep), 5)
     scores = local.local_scores(ratios, held_r)
     held_scores = local.local_scores(held_r, held_r, [f"p{i}" for i in range(10)], self_is_heldout=True)
     assert scores.score[0] < scores.score[1:].min() and scores.score[0] < held_scores.score.min()

@@ -132,8 +132,8 @@ def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: floa
     report["smooth_mm"] = smooth_mm
     for measure in measures:
         start = time.perf_counter()
-        d_held = local.all_pairs_block_distances(cmp_h, cmp_t, grid, measure, keep)
-        d_syn = local.all_pairs_block_distances(cmp_s, cmp_t, grid, measure, keep)
+        d_held = local.all_pairs_block_distances(cmp_h, cmp_t, grid, f"block_{measure}", keep)
+        d_syn = local.all_pairs_block_distances(cmp_s, cmp_t, grid, f"block_{measure}", keep)
         seconds = time.perf_counter() - start
         r_held = local.block_ratios(d_held, n_closest)
         r_syn = local.block_ratios(d_syn, n_closest)

@@ -28,7 +28,8 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
         schema = yaml.safe_load(fh)
     defs = schema.get("$defs", {})
     filled = {"measure": registry.names(), "alignable_measure": registry.alignable(),
-              "ranked_measure": [n for n in registry.names() if registry.get(n).uses_ratio]}
+              "ranked_measure": [n for n in registry.names() if registry.get(n).uses_ratio],
+              "local_measure": registry.names(registry.LOCAL)}
     for name, values in filled.items():
         if name in defs:
             defs[name]["enum"] = values

@@ -12,6 +12,10 @@ engine of :mod:`synthaudit.relict.image_measures`, feature-level ones on embeddi
 :mod:`synthaudit.features.compare`, segmentation-level ones on label maps in
 :mod:`synthaudit.segment.measures`; ``<name>_aligned`` variants of the alignable
 image measures come from the alignment search (:mod:`synthaudit.relict.alignment`).
+Every engine calls the function its measure's row names (no engine branches on measure
+names). The local level (block distances inside volumes, relict.local) is not a RELICT
+level and is not chosen in relict.measures: ``names()`` lists the whole-volume levels,
+``names(LOCAL)`` the block measures.
 """
 
 from __future__ import annotations
@@ -20,7 +24,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LEVELS = ("image", "feature", "segmentation")
+LEVELS = ("image", "feature", "segmentation")  # whole-volume levels: what relict.measures chooses from
+# block-wise distances inside volumes (relict.local: a training patient's region copied into a new volume)
+LOCAL = "local"
 @dataclass(frozen=True)
 class Measure:
     """One measure: what it is called, how it becomes a replica score, and where its code is.
@@ -37,7 +43,8 @@ class Measure:
             (segmentation level, paper 2.4: the segmentation already isolates the ROI).
         implementation: The name of the function in the level's engine module
             (image: synthaudit.relict.image_measures, feature: synthaudit.features.compare,
-            segmentation: synthaudit.segment.measures) that computes it; "fused" for
+            segmentation: synthaudit.segment.measures, local: synthaudit.relict.local) that
+            computes it, which every engine resolves and calls; "fused" for
             measures the image engine computes in its fused passes, "alignment" for the
             aligned variants. The engine resolves the name itself (no import from here:
             rules that only need labels or levels stay light).
@@ -79,15 +86,19 @@ _BASE = (
     # not in RELICT: invariant to a linear intensity change of a replica
     Measure("ncc", "image", "NCC", (-1.0, 1.0), True, "ncc"),
     # feature level (RELICT 2.3.2): embeddings of a 3D ResNet
-    Measure("emb_rmse", "feature", "Embedding RMSE", None, True, "all_pairs_feature_measures"),
-    Measure("emb_cosine", "feature", "Embedding cosine", (-1.0, 1.0), True, "all_pairs_feature_measures"),
+    Measure("emb_rmse", "feature", "Embedding RMSE", None, True, "embedding_rmse"),
+    Measure("emb_cosine", "feature", "Embedding cosine", (-1.0, 1.0), True, "embedding_cosine"),
     # segmentation level (RELICT 2.3.3): label maps, absolute distance
-    Measure("dice_binary", "segmentation", "Dice (binary)", (0.0, 1.0), False, "all_pairs_segmentation_measures"),
+    Measure("dice_binary", "segmentation", "Dice (binary)", (0.0, 1.0), False, "column_dice_binary"),
     Measure("dice_multiclass", "segmentation", "Dice (multiclass)", (0.0, 1.0), False,
-            "all_pairs_segmentation_measures", multiclass=True),
-    Measure("asd_binary", "segmentation", "ASD (binary)", None, False, "all_pairs_segmentation_measures", "mm"),
-    Measure("asd_multiclass", "segmentation", "ASD (multiclass)", None, False, "all_pairs_segmentation_measures",
+            "column_dice_multiclass", multiclass=True),
+    Measure("asd_binary", "segmentation", "ASD (binary)", None, False, "column_asd_binary", "mm"),
+    Measure("asd_multiclass", "segmentation", "ASD (multiclass)", None, False, "column_asd_multiclass",
             "mm", multiclass=True),
+    # local level (relict.local, not in RELICT): per block of about relict.local.block_mm, the
+    # block's mean squared or absolute voxel difference, ratio per block (synthaudit.relict.local)
+    Measure("block_mse", LOCAL, "Block MSE", None, True, "block_mse"),
+    Measure("block_mae", LOCAL, "Block MAE", None, True, "block_mae"),
 )
 
 
@@ -110,10 +121,12 @@ def get(name: str) -> Measure:
 
 
 def names(level: str | None = None, *, aligned: bool = False) -> list[str]:
-    """Measure names in registry order: of one level, and without the aligned variants
-    unless ``aligned`` (those are not chosen in params directly)."""
+    """Measure names in registry order: of one level (None: the whole-volume levels, what
+    relict.measures chooses from; ``LOCAL``: the block measures of relict.local), and without
+    the aligned variants unless ``aligned`` (those are not chosen in params directly)."""
     return [n for n, m in MEASURES.items()
-            if (level is None or m.level == level) and (aligned or m.aligned_from is None)]
+            if (m.level == level if level is not None else m.level in LEVELS)
+            and (aligned or m.aligned_from is None)]
 
 
 def alignable() -> list[str]:
@@ -123,6 +136,16 @@ def alignable() -> list[str]:
 
 def by_level(measure_names, level: str) -> list[str]:
     return [n for n in measure_names if get(n).level == level]
+
+
+def implementation(measure: str, namespace: dict, module: str):
+    """The function ``measure``'s row names, looked up in its engine module's namespace (the
+    engine passes ``globals()`` and ``__name__``: the registry imports no engine)."""
+    name = get(measure).implementation
+    function = namespace.get(name)
+    if not callable(function):
+        raise ValueError(f"measure {measure!r}: the registry names {name!r}, which is not a function of {module}")
+    return function
 
 
 def to_distance(name: str, values) -> np.ndarray:

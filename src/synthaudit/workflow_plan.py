@@ -119,7 +119,7 @@ class WorkflowPlan:
                                if m in self.heldout_measures.get(self.training_of[d], [])] for d in self.datasets}
         self.copies_datasets = [d for d in self.reviewed_datasets if self.calibrated[d]]
         # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
-        self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "error": "squared",
+        self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "measure": "block_mse",
                       **(config["relict"].get("local") or {})}
         self.local["controls"] = {"sizes_mm": [20.0, 30.0, 40.0], "margin_mm": 3.0, "noise_sd": "auto", "seed": 0,
                                   **(self.local.get("controls") or {})}

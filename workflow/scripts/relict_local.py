@@ -145,7 +145,7 @@ with logged(snakemake.log[0]) as log:
             yield smoothed(t)
 
     progress = Progress(log, "training volumes compared block by block", len(train_paths))
-    measure = {"squared": "mse", "absolute": "mae"}[cfg.get("error", "squared")]
+    measure = cfg.get("measure", "block_mse")
     d = local.all_pairs_block_distances(queries, training_stream(), grid, measure, keep, progress=progress)
     valid = local.volume_blocks(grid, queries_raw, background, data_range, keep, ceiling=ceiling)
     ratios = local.block_ratios(d, int(p.n_closest))

@@ -18,6 +18,7 @@ identity could lose more than about 1e-9 relative) are recomputed directly.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import zipfile
@@ -60,6 +61,7 @@ def all_pairs_feature_measures(synthetic: np.ndarray, training: np.ndarray,
             or NaN/inf values.
     """
     measures = _check_measures(measures)
+    functions = {m: _registered_function(m) for m in measures}
     a = _as_matrix(synthetic, "synthetic")
     b = _as_matrix(training, "training")
     if a.shape[1] != b.shape[1]:
@@ -72,23 +74,63 @@ def all_pairs_feature_measures(synthetic: np.ndarray, training: np.ndarray,
     # Any common centre leaves distances unchanged; the synthetic mean is cheap (S rows)
     # and as typical of the data as the training mean, which would cost a pass over T rows.
     centre = _mean_rows(a, block)
-    rmse, cosine = "emb_rmse" in out, "emb_cosine" in out
-
     for i in range(0, a.shape[0], block):
-        a64 = a[i:i + block].astype(np.float64)
-        ac = a64 - centre
-        a_sq = np.einsum("ij,ij->i", ac, ac)
-        a_norm = np.sqrt(np.einsum("ij,ij->i", a64, a64))
+        rows = _Rows(a[i:i + block], centre)
         for j in range(0, b.shape[0], block):
-            rows, cols = slice(i, i + len(a64)), slice(j, j + min(block, b.shape[0] - j))
-            if rmse:  # one pass: converted and centred together
-                bc = np.subtract(b[cols], centre, dtype=np.float64)
-                out["emb_rmse"][rows, cols] = np.sqrt(_squared_distances(ac, bc, a_sq) / n_features)
-            if cosine:
-                b64 = b[cols].astype(np.float64)
-                b_norm = np.sqrt(np.einsum("ij,ij->i", b64, b64))
-                out["emb_cosine"][rows, cols] = _cosine(a64 @ b64.T, a_norm, b_norm)
+            pair = BlockPair(rows, b[j:j + block], centre, n_features)
+            cols = slice(j, j + pair.n_training)
+            for m, function in functions.items():
+                out[m][i:i + rows.n, cols] = function(pair)
     return out
+
+
+class _Rows:
+    """A block of synthetic embeddings: float64, centred, squared norms of both (computed once)."""
+
+    def __init__(self, a: np.ndarray, centre: np.ndarray):
+        self.a64 = a.astype(np.float64)
+        self.n = len(self.a64)
+        self.ac = self.a64 - centre
+        self.a_sq = np.einsum("ij,ij->i", self.ac, self.ac)
+        self.a_norm = np.sqrt(np.einsum("ij,ij->i", self.a64, self.a64))
+
+
+class BlockPair:
+    """A block of synthetic rows against a block of training rows: what the registered feature
+    measures read, each quantity computed on first use and shared (float64 and centred copies of
+    the training block, its norms)."""
+
+    def __init__(self, rows: _Rows, b: np.ndarray, centre: np.ndarray, n_features: int):
+        self.rows, self._b, self._centre, self.n_features = rows, b, centre, n_features
+        self.n_training = len(b)
+
+    @functools.cached_property
+    def bc(self) -> np.ndarray:  # converted and centred in one pass
+        return np.subtract(self._b, self._centre, dtype=np.float64)
+
+    @functools.cached_property
+    def b64(self) -> np.ndarray:
+        return self._b.astype(np.float64)
+
+    @functools.cached_property
+    def b_norm(self) -> np.ndarray:
+        return np.sqrt(np.einsum("ij,ij->i", self.b64, self.b64))
+
+
+def embedding_rmse(pair: BlockPair) -> np.ndarray:
+    """``emb_rmse``: ``sqrt(mean((a - b)**2))`` over the D features (RELICT 2.3.2), from the
+    centred vectors (see the module docstring on precision)."""
+    return np.sqrt(_squared_distances(pair.rows.ac, pair.bc, pair.rows.a_sq) / pair.n_features)
+
+
+def embedding_cosine(pair: BlockPair) -> np.ndarray:
+    """``emb_cosine``: ``a.b / (|a| |b|)`` in [-1, 1]; 0 for a zero vector (no direction)."""
+    return _cosine(pair.rows.a64 @ pair.b64.T, pair.rows.a_norm, pair.b_norm)
+
+
+def _registered_function(measure: str):
+    """The function of this module that the registry names for an feature-level measure."""
+    return registry.implementation(measure, globals(), __name__)
 
 
 def _squared_distances(ac: np.ndarray, bc: np.ndarray, a_sq: np.ndarray) -> np.ndarray:

@@ -266,11 +266,7 @@ def _masked(values: dict[str, np.ndarray], pairs: np.ndarray | None) -> dict[str
 
 def _registered_function(measure: str):
     """The function of this module that the registry names for an image-level measure."""
-    name = registry.get(measure).implementation
-    function = globals().get(name)
-    if not callable(function):
-        raise ValueError(f"measure {measure!r}: the registry names {name!r}, which is not a function of {__name__}")
-    return function
+    return registry.implementation(measure, globals(), __name__)
 
 
 def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, data_range: float,

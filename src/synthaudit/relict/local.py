@@ -17,8 +17,8 @@ against the held-out scans' own local scores (:mod:`.calibration`: leave-patient
 scan's own blocks are standardised without its patient, so its score is what a new patient's
 would be.
 
-Block distances: the mean absolute (``mae``) or squared (``mse``) voxel difference per
-block, from per-cell sums over the half-block cells (one pass over the voxels per pair; a
+Block distances: the mean absolute (``block_mae``) or squared (``block_mse``) voxel difference per
+block (the registry's local level), from per-cell sums over the half-block cells (one pass over the voxels per pair; a
 block is 2 x 2 x 2 cells). Blocks are only kept where the anatomy is: at least half their
 voxels differ from the training volumes' background in the training mean.
 """
@@ -32,7 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
-LOCAL_MEASURES = ("mae", "mse")
+from .. import registry
+
+LOCAL_MEASURES = tuple(registry.names(registry.LOCAL))  # the registry's local level
 
 
 @dataclass(frozen=True)
@@ -150,17 +152,29 @@ def volume_blocks(grid: BlockGrid, volumes: np.ndarray, background: float, data_
     return frac if blocks is None else frac[:, blocks]
 
 
+def block_mse(abs_cells: np.ndarray, sq_cells: np.ndarray, grid: BlockGrid) -> np.ndarray:
+    """``block_mse``: mean (s - t)^2 over each block, from the per-cell sums (..., kx, ky, kz)."""
+    return grid.blocks_from_cells(sq_cells) / grid.block_voxels
+
+
+def block_mae(abs_cells: np.ndarray, sq_cells: np.ndarray, grid: BlockGrid) -> np.ndarray:
+    """``block_mae``: mean |s - t| over each block, from the per-cell sums."""
+    return grid.blocks_from_cells(abs_cells) / grid.block_voxels
+
+
 def all_pairs_block_distances(synthetic: np.ndarray, training: Iterable[np.ndarray], grid: BlockGrid,
-                              measure: str = "mse", blocks: np.ndarray | None = None,
+                              measure: str = "block_mse", blocks: np.ndarray | None = None,
                               progress: Callable[[int], None] | None = None) -> np.ndarray:
     """(S, T, B) block distances of every synthetic volume against every training volume.
 
-    ``mae``: mean |s - t| per block; ``mse``: mean (s - t)^2 per block. ``blocks``: a
-    boolean mask of the blocks to keep (B = its count); None: all. Per-cell sums come from
-    :func:`cell_error_sums` (one pass over the voxels per pair, both sums at once).
+    ``measure``: a local-level measure of the registry (``block_mse``, ``block_mae``), whose
+    function here turns the per-cell sums of |s - t| and (s - t)^2 (:func:`cell_error_sums`,
+    one pass over the voxels per pair, both sums at once) into block values. ``blocks``: a
+    boolean mask of the blocks to keep (B = its count); None: all.
     """
     if measure not in LOCAL_MEASURES:
         raise ValueError(f"local measure {measure!r}: choose one of {list(LOCAL_MEASURES)}")
+    function = registry.implementation(measure, globals(), __name__)
     syn = np.ascontiguousarray(synthetic, np.float32)
     if syn.ndim != 4 or syn.shape[1:] != grid.shape:
         raise ValueError(f"synthetic volumes of shape {syn.shape}; the block grid is {grid.shape}")
@@ -170,8 +184,7 @@ def all_pairs_block_distances(synthetic: np.ndarray, training: Iterable[np.ndarr
         if t.shape != grid.shape:
             raise ValueError(f"training volume {j} has shape {t.shape}; the block grid is {grid.shape}")
         abs_c, sq_c = cell_error_sums(syn, t[None], grid.cell)
-        cells = (abs_c if measure == "mae" else sq_c)[:, 0]
-        b = grid.blocks_from_cells(cells) / grid.block_voxels
+        b = function(abs_c[:, 0], sq_c[:, 0], grid)
         columns.append((b if blocks is None else b[:, blocks]).astype(np.float32))
         if progress is not None:
             progress(j + 1)

@@ -684,12 +684,16 @@ def all_pairs_segmentation_measures(
             values.
     """
     wanted = _check_measures(measures)
+    functions = {m: registry.implementation(m, globals(), __name__) for m in wanted}
     classes = _check_classes(labels)
     spacing = _check_spacing(spacing_mm)
     n_threads = _check_threads(threads)
     table = _area_table(spacing)
-    keys = ([_WHOLE] if {"asd_binary", "asd_multiclass"} & set(wanted) else []) + (
-        classes if "asd_multiclass" in wanted else [])
+    # what the registered functions read: label overlaps, and surfaces of the whole foreground (always
+    # with any surface: the empty-class fallback is its HD95) and of each class
+    needs = {n for f in functions.values() for n in getattr(f, "needs", ())}
+    keys = ([_WHOLE] if needs & {"whole_surface", "class_surfaces"} else []) + (
+        classes if "class_surfaces" in needs else [])
     top = max(classes)
     from synthaudit.segment import _kernels as K
 
@@ -711,7 +715,7 @@ def all_pairs_segmentation_measures(
             raise ValueError("no synthetic label maps given")
         n_synthetic = len(synthetic)
         syn_labels = None
-        if {"dice_binary", "dice_multiclass"} & set(wanted):
+        if "overlaps" in needs:
             syn_labels = _SyntheticLabels(synthetic, math.prod(shape), top)
         for volume in synthetic:
             volume.fg_index = volume.fg_bucket = None  # only the surfels are needed from here on
@@ -732,23 +736,11 @@ def all_pairs_segmentation_measures(
         def column(target: _Volume) -> dict[str, np.ndarray]:
             """Every requested measure between one training map and all synthetic ones."""
             _add_surfaces(target, keys, table)
-            out = {}
-            if syn_labels is not None:
-                binary, same = K.dice_overlaps(syn_labels.labels, syn_labels.row_of, target.fg_index,
-                                               target.fg_bucket, top)
-                if "dice_binary" in wanted:
-                    out["dice_binary"] = _dice_from_counts(binary, syn_whole + target.foreground)
-                if "dice_multiclass" in wanted:
-                    out["dice_multiclass"] = np.mean(np.stack(
-                        [_dice_from_counts(same[c], syn_counts[:, c] + target.counts[c]) for c in classes],
-                        axis=1), axis=1)
-            if keys:
-                asd = _TrainingColumn(target, stacks, whole_empty, diagonal)
-                if "asd_binary" in wanted:
-                    out["asd_binary"] = asd.asd(_WHOLE)
-                if "asd_multiclass" in wanted:
-                    out["asd_multiclass"] = np.mean(np.stack([asd.asd(c) for c in classes], axis=1), axis=1)
-            return out
+            c = SegmentationColumn(target, classes, syn_counts, syn_whole,
+                                   _TrainingColumn(target, stacks, whole_empty, diagonal) if keys else None,
+                                   (lambda: K.dice_overlaps(syn_labels.labels, syn_labels.row_of, target.fg_index,
+                                                            target.fg_bucket, top)) if syn_labels is not None else None)
+            return {m: f(c) for m, f in functions.items()}
 
         columns: list[dict[str, np.ndarray]] = []
 
@@ -774,6 +766,59 @@ def all_pairs_segmentation_measures(
             pool.shutdown(cancel_futures=True)
 
     return {m: np.stack([c[m] for c in columns], axis=1) if columns else np.empty((n_synthetic, 0)) for m in wanted}
+
+
+class SegmentationColumn:
+    """One training label map against all synthetic ones: what the registered segmentation
+    measures read. ``overlaps`` (foreground and same-class overlap counts per synthetic map)
+    is counted on first use and shared; ``surfaces`` gives the ASD per surface key."""
+
+    def __init__(self, target: _Volume, classes: list[int], syn_counts: np.ndarray, syn_whole: np.ndarray,
+                 surfaces: _TrainingColumn | None, overlaps: Callable[[], tuple[np.ndarray, np.ndarray]] | None):
+        self.target, self.classes, self.syn_counts, self.syn_whole = target, classes, syn_counts, syn_whole
+        self.surfaces, self._overlaps, self._counted = surfaces, overlaps, None
+
+    @property
+    def overlaps(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._counted is None:
+            self._counted = self._overlaps()
+        return self._counted
+
+
+def _needs(*what: str):
+    """Mark a column function with what the engine must prepare for it: ``overlaps`` (the
+    synthetic labels' index), ``whole_surface``, ``class_surfaces``."""
+    def mark(function):
+        function.needs = what
+        return function
+    return mark
+
+
+@_needs("overlaps")
+def column_dice_binary(c: SegmentationColumn) -> np.ndarray:
+    """``dice_binary``: Dice of the whole foregrounds (all labels > 0)."""
+    binary, _ = c.overlaps
+    return _dice_from_counts(binary, c.syn_whole + c.target.foreground)
+
+
+@_needs("overlaps")
+def column_dice_multiclass(c: SegmentationColumn) -> np.ndarray:
+    """``dice_multiclass``: the mean over every declared class of its Dice (1 where both lack it)."""
+    _, same = c.overlaps
+    return np.mean(np.stack([_dice_from_counts(same[k], c.syn_counts[:, k] + c.target.counts[k])
+                             for k in c.classes], axis=1), axis=1)
+
+
+@_needs("whole_surface")
+def column_asd_binary(c: SegmentationColumn) -> np.ndarray:
+    """``asd_binary``: ASD of the whole foregrounds (mm)."""
+    return c.surfaces.asd(_WHOLE)
+
+
+@_needs("whole_surface", "class_surfaces")
+def column_asd_multiclass(c: SegmentationColumn) -> np.ndarray:
+    """``asd_multiclass``: the mean over every declared class of its ASD (mm; empty classes: module docstring)."""
+    return np.mean(np.stack([c.surfaces.asd(k) for k in c.classes], axis=1), axis=1)
 
 
 def _check_threads(threads: int | None) -> int:
