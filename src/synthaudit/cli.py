@@ -131,7 +131,10 @@ def _where(args) -> int:
             print(f"    {d:>12}: {c['n_copies']} synthetic volume(s) called copies at a false-positive rate of "
                   f"{c['rate']:g} ({_pct(c.get('percent_synthetic_copies'))}), {c['n_patients_copied']} training "
                   f"patient(s) copied ({_pct(c.get('percent_patients_copied'))}); {c['n_heldout']} held-out scans")
-            if "local_n_called" in c:  # relict.local: regions copied into new volumes, and its controls
+            if c.get("local_anatomy_blocks") == 0:
+                print(f"    {'':>12}  local copies: nothing tested (no block has anatomy in half its voxels; "
+                      f"results/relict/{d}/local/)")
+            elif "local_n_called" in c:  # relict.local: regions copied into new volumes, and its controls
                 sizes = [k.removeprefix("local_control_").removesuffix("mm_sensitivity") for k in c
                          if k.startswith("local_control_") and k.endswith("mm_sensitivity")
                          and "whole_volume" not in k]
