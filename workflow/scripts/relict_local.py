@@ -201,6 +201,8 @@ with logged(snakemake.log[0]) as log:
         })
     write_tsv(snakemake.output.calls, rows, COLUMNS)
 
+    ctl_state = {}  # the controls' scores, blocks and block maps, for the figure
+
     def control_report():
         """Score the positive controls like synthetic volumes (each judged without its recipient
         patient), and the whole-volume RMSE ratio of the same volumes; local_controls.tsv and the
@@ -210,8 +212,9 @@ with logged(snakemake.log[0]) as log:
             return None
         lo = n_syn + n_held
         recipients = [p.heldout_patients[c.recipient] for c in controls]
-        c_score, c_block, c_closest, _ = scored(rows_of(lo, lo + len(controls)), valid[lo:], recipients)
+        c_score, c_block, c_closest, c_z = scored(rows_of(lo, lo + len(controls)), valid[lo:], recipients)
         c_calls = calibration.calibrate(c_score, null, rate, recipients)
+        ctl_state.update(score=c_score, block=c_block, closest=c_closest, z=c_z, calls=c_calls, lo=lo)
         w = np.stack(whole_cols, axis=1)  # (held-out + controls, training): whole-volume RMSE
         w_held = distance_ratio(w[:n_held], int(p.n_closest))
         w_null = calibration.Null(list(p.heldout_ids), list(p.heldout_patients), w_held.ratio,
@@ -238,6 +241,7 @@ with logged(snakemake.log[0]) as log:
                 "whole_rmse_called": int(w_calls["called"][k]),
             })
         write_tsv(snakemake.output.controls, crow, CONTROL_COLUMNS)
+        ctl_state["rows"] = crow
         by_size = {}
         for size in sizes:
             sel = [r for r in crow if r["size_mm"] == size]
@@ -281,6 +285,9 @@ with logged(snakemake.log[0]) as log:
                  ", ".join(f"{k} mm {v['sensitivity']:.2f}" for k, v in ctl["by_size_mm"].items()),
                  ", ".join(f"{k} mm {v['whole_volume_rmse_sensitivity']:.2f}" for k, v in ctl["by_size_mm"].items()))
 
+    def read_controls():
+        return ctl_state.get("rows", [])
+
     def control_figure():
         """Fraction of the positive controls called per cube side: the local level beside the
         whole-volume RMSE ratio, both calibrated at the rate on the same held-out scans."""
@@ -291,7 +298,18 @@ with logged(snakemake.log[0]) as log:
 
         from synthaudit.io import atomic_path
 
-        fig, ax = plt.subplots(figsize=(6, 3.4))
+        example = None
+        if ctl:  # the smallest called control whose block lies in the pasted region, lowest score first
+            rows_ = read_controls()
+            hits = [k for k, r in enumerate(rows_) if r["called"] and r["block_in_region"]]
+            if hits:
+                example = min(hits, key=lambda k: (controls[k].size_mm, ctl_state["score"][k]))
+        if example is None:
+            fig, ax = plt.subplots(figsize=(6, 3.4))
+        else:
+            fig = plt.figure(figsize=(10, 7.2))
+            grid_spec = fig.add_gridspec(2, 3, height_ratios=[1, 1.15])
+            ax = fig.add_subplot(grid_spec[0, :])
         if not ctl:
             ax.text(0.5, 0.5, "no positive controls (relict.local.controls.sizes_mm is empty,\n"
                     "or no block could be tested)", ha="center", va="center")
@@ -317,20 +335,62 @@ with logged(snakemake.log[0]) as log:
             ax.set_title(f"{snakemake.wildcards.dataset}: training regions pasted into held-out scans "
                          f"(noise SD {ctl['noise_sd']:.3g})", fontsize=9)
             ax.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
+        if example is not None:
+            k, c = example, controls[example]
+            margin = float(ctl_cfg.get("margin_mm", 3.0))  # the pasted extent, blend included
+            half = [(c.size_mm / 2.0 + margin) / s_ for s_ in spacing]
+            truth = [(int(round(cc - h)), int(round(cc + h))) for cc, h in zip(c.centre_vox, half)]
+            j = int(ctl_state["closest"][k])
+            draw_row([fig.add_subplot(grid_spec[1, col]) for col in range(3)], queries_raw[ctl_state["lo"] + k],
+                     f"control: {p.heldout_ids[c.recipient]} + {c.size_mm:g} mm of {p.training_ids[c.donor]} "
+                     f"(yellow: with its blend), z = {{z}}", raw(train_paths[j]),
+                     f"{p.training_ids[j]} (training, {p.training_patients[j]})", int(kept[ctl_state["block"][k]]),
+                     ctl_state["z"][k], valid[ctl_state["lo"] + k],
+                     f"block ratio / held-out median (score {ctl_state['score'][k]:.3f}, "
+                     f"rate {ctl_state['calls']['fpr'][k]:.3f}, called)", truth=truth)
         fig.tight_layout()
         with atomic_path(snakemake.output.control_figure, suffix=".png") as tmp:
             fig.savefig(tmp, dpi=100)
         plt.close(fig)
 
-    control_figure()
 
     # the figure: the most suspicious volumes, the block's slice beside the matching training slice
+    def draw_row(axes, vol, vol_title, t, t_title, b, zrow, vrow, caption, truth=None):
+        """One volume's block beside the matching training slice and the block-ratio map (axial slice
+        through the block's centre); ``truth``: a pasted cube's voxel ranges, drawn in yellow."""
+        from matplotlib.patches import Rectangle
+
+        (x0, x1), (y0, y1), (z0, z1) = grid.block_ranges(b)
+        zc = (z0 + z1) // 2
+        lo_, hi_ = np.percentile(np.concatenate([vol[..., zc].ravel(), t[..., zc].ravel()]), [1, 99])
+        for col, (v, title) in enumerate(((vol, vol_title), (t, t_title))):
+            ax = axes[col]
+            ax.imshow(v[..., zc].T, cmap="gray", origin="lower", vmin=lo_, vmax=hi_)
+            ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, ec="red", lw=1.5))
+            if truth is not None and col == 0:
+                (tx0, tx1), (ty0, ty1) = truth[:2]
+                ax.add_patch(Rectangle((tx0 - 0.5, ty0 - 0.5), tx1 - tx0, ty1 - ty0, fill=False, ec="yellow", lw=1.2,
+                                       ls="--"))
+            ax.set_title(title.replace("{z}", str(zc)), fontsize=8)
+            ax.axis("off")
+        # block map: each voxel of the slice shows the lowest relative ratio of the blocks holding it
+        heat = np.full(shape[:2], np.nan)
+        for j, bb in enumerate(kept):
+            (a0, a1), (b0, b1), (c0, c1) = grid.block_ranges(int(bb))
+            if c0 <= zc < c1 and np.isfinite(zrow[j]) and vrow[j]:
+                heat[a0:a1, b0:b1] = np.fmin(heat[a0:a1, b0:b1], zrow[j])
+        ax = axes[2]
+        im = ax.imshow(heat.T, origin="lower", cmap="magma", vmin=0, vmax=1.2)
+        ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, ec="cyan", lw=1.5))
+        ax.set_title(caption, fontsize=8)
+        ax.axis("off")
+        ax.figure.colorbar(im, ax=ax, fraction=0.046)
+
     def figure():
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.patches import Rectangle
 
         from synthaudit.io import atomic_path
 
@@ -344,35 +404,13 @@ with logged(snakemake.log[0]) as log:
             plt.close(fig)
             return
         fig, axes = plt.subplots(len(show), 3, figsize=(10, 3.3 * len(show)), squeeze=False)
-        syn_raw = {i: raw(snakemake.input.synthetic[i]) for i in show}
         for row, i in enumerate(show):
-            b = int(kept[block[i]])
-            (x0, x1), (y0, y1), (z0, z1) = grid.block_ranges(b)
-            zc = (z0 + z1) // 2
-            t = raw(train_paths[closest[i]])
-            lo, hi = np.percentile(np.concatenate([syn_raw[i][..., zc].ravel(), t[..., zc].ravel()]), [1, 99])
-            for col, (vol, title) in enumerate(((syn_raw[i], f"{p.synthetic_ids[i]} (synthetic), slice z = {zc}"),
-                                                (t, f"{p.training_ids[closest[i]]} (training, "
-                                                    f"{p.training_patients[closest[i]]})"))):
-                ax = axes[row, col]
-                ax.imshow(vol[..., zc].T, cmap="gray", origin="lower", vmin=lo, vmax=hi)
-                ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, ec="red", lw=1.5))
-                ax.set_title(title, fontsize=8)
-                ax.axis("off")
-            # block map: each voxel of the slice shows the lowest relative ratio of the blocks holding it
-            heat = np.full(shape[:2], np.nan)
-            for j, bb in enumerate(kept):
-                (a0, a1), (b0, b1), (c0, c1) = grid.block_ranges(int(bb))
-                if c0 <= zc < c1 and np.isfinite(zmaps[i, j]) and valid[i, j]:
-                    cur = heat[a0:a1, b0:b1]
-                    heat[a0:a1, b0:b1] = np.fmin(cur, zmaps[i, j])
-            ax = axes[row, 2]
-            im = ax.imshow(heat.T, origin="lower", cmap="magma", vmin=0, vmax=1.2)
-            ax.add_patch(Rectangle((x0 - 0.5, y0 - 0.5), x1 - x0, y1 - y0, fill=False, ec="cyan", lw=1.5))
-            ax.set_title(f"block ratio / held-out median (score {score[i]:.3f}, rate {calls['fpr'][i]:.3f}"
-                         f"{', called' if calls['called'][i] else ''})", fontsize=8)
-            ax.axis("off")
-            fig.colorbar(im, ax=ax, fraction=0.046)
+            draw_row(axes[row], raw(snakemake.input.synthetic[i]), f"{p.synthetic_ids[i]} (synthetic), slice z = {{z}}",
+                     raw(train_paths[closest[i]]),
+                     f"{p.training_ids[closest[i]]} (training, {p.training_patients[closest[i]]})",
+                     int(kept[block[i]]), zmaps[i], valid[i],
+                     f"block ratio / held-out median (score {score[i]:.3f}, rate {calls['fpr'][i]:.3f}"
+                     f"{', called' if calls['called'][i] else ''})")
         fig.suptitle(f"{snakemake.wildcards.dataset}: most likely local copies (the axial slice through each one's block)",
                      fontsize=10)
         fig.tight_layout()
@@ -381,3 +419,4 @@ with logged(snakemake.log[0]) as log:
         plt.close(fig)
 
     figure()
+    control_figure()
