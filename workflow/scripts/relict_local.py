@@ -285,9 +285,6 @@ with logged(snakemake.log[0]) as log:
                  ", ".join(f"{k} mm {v['sensitivity']:.2f}" for k, v in ctl["by_size_mm"].items()),
                  ", ".join(f"{k} mm {v['whole_volume_rmse_sensitivity']:.2f}" for k, v in ctl["by_size_mm"].items()))
 
-    def read_controls():
-        return ctl_state.get("rows", [])
-
     def control_figure():
         """Fraction of the positive controls called per cube side: the local level beside the
         whole-volume RMSE ratio, both calibrated at the rate on the same held-out scans."""
@@ -300,7 +297,7 @@ with logged(snakemake.log[0]) as log:
 
         example = None
         if ctl:  # the smallest called control whose block lies in the pasted region, lowest score first
-            rows_ = read_controls()
+            rows_ = ctl_state.get("rows", [])
             hits = [k for k, r in enumerate(rows_) if r["called"] and r["block_in_region"]]
             if hits:
                 example = min(hits, key=lambda k: (controls[k].size_mm, ctl_state["score"][k]))
@@ -405,7 +402,7 @@ with logged(snakemake.log[0]) as log:
             return
         fig, axes = plt.subplots(len(show), 3, figsize=(10, 3.3 * len(show)), squeeze=False)
         for row, i in enumerate(show):
-            draw_row(axes[row], raw(snakemake.input.synthetic[i]), f"{p.synthetic_ids[i]} (synthetic), slice z = {{z}}",
+            draw_row(axes[row], queries_raw[i], f"{p.synthetic_ids[i]} (synthetic), slice z = {{z}}",
                      raw(train_paths[closest[i]]),
                      f"{p.training_ids[closest[i]]} (training, {p.training_patients[closest[i]]})",
                      int(kept[block[i]]), zmaps[i], valid[i],
