@@ -245,6 +245,63 @@ def test_candidate_alignment_from_files_coarse_to_fine_equals_the_direct_calls()
     assert pairs[0][0].transform.flips == (0,) and pairs[0][0].rmse < 0.3 * rmse(syn[0], training[1])
 
 
+def test_ranked_search_aligns_only_the_best_of_the_coarse_ranking():
+    """relict.alignment.rank_candidates: the candidates are ranked by the block-mean search (its squared
+    error after the hypotheses) and only the best ``keep`` are aligned at full resolution, with the
+    results of the direct search on those; the training side's cache between synthetic volumes
+    (align_candidates_ranked) changes nothing."""
+    shape = (24, 26, 22)
+    training = [head(s, shape) for s in range(70, 77)]
+    syn = [al._integer_shift(np.flip(training[4], 0).copy(), (2, 0, -1)), training[2] + np.float32(0.01)]
+    affine = np.diag([1.0, 1.0, 1.0, 1.0])
+    space = al.SearchSpace(flip_axes=(0,), max_shift_mm=4.0, subvoxel=True, rotation_deg=(-5.0, 5.0),
+                           rotation_axes=(2,))
+    sp = [1.0] * 3
+    read = []
+
+    def load(ref):
+        kind, i = ref
+        read.append(ref)
+        return (syn if kind == "s" else training)[i].copy(), affine
+
+    refs_s, refs_t = [("s", i) for i in range(2)], [("t", j) for j in range(7)]
+    cand, hyp, spacing, _ = al.preselect_volumes(refs_s, refs_t, load, space, 7, 2)
+    kept, pairs = al.align_candidates_ranked(refs_s, refs_t, load, cand, hyp, space, spacing, factor=2, keep=3)
+    assert kept.shape == (2, 3) and kept[0, 0] == 4 and kept[1, 0] == 2
+    for i in range(2):
+        targets = [training[j] for j in cand[i]]
+        best, _, _ = al._coarse_search(syn[i], targets, space, sp, hyp[i], 2, refine_angle=False)
+        order = np.argsort([b[0] for b in best], kind="stable")[:3]
+        assert kept[i].tolist() == [int(cand[i][r]) for r in order]
+        rows, direct = al.align_ranked(syn[i], targets, space, sp, hyp[i], factor=2, keep=3)
+        assert rows == order.tolist()
+        assert [(p.mae, p.rmse) for p in pairs[i]] == [(p.mae, p.rmse) for p in direct]
+        # the kept targets aligned as the unranked search aligns them (their own set, in rank order)
+        same = al.align_pair_set_coarse_to_fine(syn[i], [targets[r] for r in rows], space, sp,
+                                                [hyp[i][r] for r in rows], factor=2)
+        assert [(p.mae, p.rmse) for p in direct] == [(p.mae, p.rmse) for p in same]
+    assert pairs[0][0].transform.flips == (0,) and pairs[0][0].rmse < 0.3 * rmse(syn[0], training[4])
+    # the image level's plain values, where given, replace the identity's measurement: the same results
+    plain = [np.array([[f(a, b) for b in training] for a in syn]) for f in
+             (lambda a, b: float(np.mean(np.abs(a.astype(np.float64) - b))), rmse)]
+    _, known = al.align_candidates_ranked(refs_s, refs_t, load, cand, hyp, space, spacing, factor=2, keep=3,
+                                          plain=(plain[0], plain[1]))
+    for a, b in zip(pairs, known):
+        assert [v for p in a for v in (p.mae, p.rmse)] == pytest.approx([v for p in b for v in (p.mae, p.rmse)],
+                                                                        rel=1e-6, abs=1e-9)
+    found = al.PairResult(al.Transform(shift_vox=(1.0, 0.0, 0.0)), 2.0, 3.0)
+    assert al._never_above_plain(found, syn[0], training[0], known=(1.0, 2.5)).rmse == 2.5
+    assert al._never_above_plain(found, syn[0], training[0], known=(1.0, 3.5)) is found
+    measured = al._never_above_plain(al.PairResult(al.Transform(), 9e9, 9e9), syn[0], training[0],
+                                     known=(np.inf, np.inf))  # not computed by the image level: measured
+    assert measured.rmse == pytest.approx(rmse(syn[0], training[0]), rel=1e-6)
+    # keep >= K, or a grid with no coarse stage: every candidate, in candidate order
+    every, _ = al.align_candidates_ranked(refs_s, refs_t, load, cand, hyp, space, spacing, factor=2, keep=None)
+    np.testing.assert_array_equal(every, cand)
+    every, _ = al.align_candidates_ranked(refs_s, refs_t, load, cand, hyp, space, spacing, factor=1, keep=3)
+    np.testing.assert_array_equal(every, cand)
+
+
 def test_full_resolution_step_drops_a_spurious_coarse_rotation(monkeypatch):
     # At the NCCT bench scale the 2 mm stage aligned 2 of 3 shifted copies with a rotation of a
     # few degrees; the 1 mm step then only refined that rotated transform. It now also tries the
@@ -255,8 +312,8 @@ def test_full_resolution_step_drops_a_spurious_coarse_rotation(monkeypatch):
     coarse = al._coarse_search
 
     def rotated_winner(*args, **kwargs):
-        best, plain = coarse(*args, **kwargs)
-        return [(v, al.Transform(rotation_axis=2, angle_deg=5.0, shift_vox=t.shift_vox)) for v, t in best], plain
+        best, plain, kept = coarse(*args, **kwargs)
+        return [(v, al.Transform(rotation_axis=2, angle_deg=5.0, shift_vox=t.shift_vox)) for v, t in best], plain, kept
 
     monkeypatch.setattr(al, "_coarse_search", rotated_winner)
     (res,) = al.align_pair_set_coarse_to_fine(syn, [src], SPACE, sp, factor=2)

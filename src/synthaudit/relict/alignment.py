@@ -37,7 +37,7 @@ RELICT exactly.
 
 from __future__ import annotations
 
-import functools
+import collections.abc
 import itertools
 import math
 from dataclasses import dataclass
@@ -201,14 +201,16 @@ def _crop_start(shape: Sequence[int], factor: int) -> list[int]:
     return [(n - (n // factor) * factor) // 2 for n in shape]
 
 
-def apply(volume: np.ndarray, t: Transform, spacing_mm: Sequence[float]) -> np.ndarray:
-    """The synthetic volume in the training frame (see :class:`Transform`)."""
+def apply(volume: np.ndarray, t: Transform, spacing_mm: Sequence[float], fast: bool = False) -> np.ndarray:
+    """The synthetic volume in the training frame (see :class:`Transform`). ``fast``: a joint
+    rotation by :func:`~synthaudit.relict.align_kernels.affine_linear` (see
+    :func:`~synthaudit.relict.geometry.rigid_warp`)."""
     out = np.asarray(volume, np.float32)
     if t.flips:
         out = np.flip(out, axis=t.flips)
     if t.rotvec_deg is not None:  # any rotation and the shift in one interpolation
         out = rigid_warp(np.ascontiguousarray(out), t.rotation_matrix(),
-                         np.asarray(t.shift_vox, float) * np.asarray(spacing_mm, float), spacing_mm)
+                         np.asarray(t.shift_vox, float) * np.asarray(spacing_mm, float), spacing_mm, fast=fast)
         if t.scale != 1.0 or t.offset != 0.0:
             out = out * np.float32(t.scale) + np.float32(t.offset)
         return np.asarray(out, np.float32)
@@ -519,34 +521,93 @@ def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, cand
                      cache_bytes: float = 2e9, factor: int = 1, background: float = 0.0) -> list[list[PairResult]]:
     """The full-resolution search (:func:`align_pair_set`, or with ``factor`` > 1
     :func:`align_pair_set_coarse_to_fine` from ``factor``-block means) of every synthetic
-    volume against its candidates.
+    volume against its candidates: :func:`align_candidates_ranked` keeping them all."""
+    return align_candidates_ranked(synthetic, training, load, candidates, hypotheses, space, spacing_mm,
+                                   workers=workers, progress=progress, cache_bytes=cache_bytes, factor=factor,
+                                   background=background)[1]
+
+
+class _ByteLRU:
+    """A least-recently-used cache of ``compute(key)`` holding about ``max_bytes`` (at least ``min_items``)."""
+
+    def __init__(self, compute: Callable, max_bytes: float, min_items: int):
+        from collections import OrderedDict
+
+        self.compute, self.max_bytes, self.min_items = compute, float(max_bytes), int(min_items)
+        self.items: OrderedDict = OrderedDict()
+        self.size = None
+
+    def __call__(self, key):
+        if key in self.items:
+            self.items.move_to_end(key)
+            return self.items[key]
+        value = self.compute(key)
+        if self.size is None:
+            parts = value if isinstance(value, tuple) else (value,)
+            self.size = max(1, sum(getattr(x, "nbytes", 0) for x in parts))
+        self.items[key] = value
+        while len(self.items) > max(self.min_items, int(self.max_bytes // self.size)):
+            self.items.popitem(last=False)
+        return value
+
+
+def align_candidates_ranked(synthetic: Sequence, training: Sequence, load: Loader, candidates: np.ndarray,
+                            hypotheses: Sequence[Sequence[Sequence[Hypothesis]]], space: SearchSpace,
+                            spacing_mm: Sequence[float], workers: int = 1,
+                            progress: Callable[[int], None] | None = None, cache_bytes: float = 2e9,
+                            factor: int = 1, background: float = 0.0, keep: int | None = None,
+                            coarse_cache_bytes: float | None = None,
+                            plain: tuple[np.ndarray, np.ndarray] | None = None
+                            ) -> tuple[np.ndarray, list[list[PairResult]]]:
+    """Every synthetic volume against its candidates (:func:`align_ranked`): with ``factor`` > 1
+    and ``keep`` < K, the K candidates are ranked by the ``factor``-block-mean search and only
+    the best ``keep`` are aligned at full resolution.
 
     Candidate lists of different synthetic volumes overlap (the same few training scans
-    are close to many), so training volumes are kept in a bounded cache instead of being
-    read K times per synthetic volume; at least K fit, about ``cache_bytes`` in all.
+    are close to many), so training volumes are kept in bounded caches instead of being
+    read K times per synthetic volume: at full resolution (at least ``keep`` fit, about
+    ``cache_bytes`` in all) and, for the ranking, their block means' FFTs (at least K, about
+    ``coarse_cache_bytes``, default ``cache_bytes``; ~4.5 MB per 1 mm head at 2 mm).
     Cached volumes are read-only: they are shared between pairs. ``background``: as in
-    :func:`preselect_volumes` (subtracted once per volume read).
+    :func:`preselect_volumes` (subtracted once per volume read). ``plain``: the (S, T) plain MAE
+    and RMSE matrices, where known (the coarse-to-fine path then reads them instead of measuring
+    the identity; +inf: not computed, measured).
+
+    Returns:
+        ``(kept, pairs)``: per synthetic volume the training indices aligned at full
+        resolution, in rank order ((S, keep) array), and their results.
     """
     k = candidates.shape[1]
+    keep = k if keep is None or factor <= 1 else min(int(keep), k)
 
     def read(j: int) -> np.ndarray:
         v = _less(load(training[j])[0], background)
         v.setflags(write=False)
         return v
 
-    training_volume = None
+    training_volume = _ByteLRU(read, cache_bytes, 1)
+    current: dict = {}  # the ShiftSearch of the block-mean grid (one grid: the caller checks it)
+    coarse_cache = _ByteLRU(lambda j: coarse_fixed(read(j), factor, current["search"], workers),
+                            cache_bytes if coarse_cache_bytes is None else coarse_cache_bytes, k)
+
+    kept_all = np.empty((len(synthetic), keep), np.int64)
     pairs = []
     for i, ref in enumerate(synthetic):
         s = _less(load(ref)[0], background)
-        if training_volume is None:
-            training_volume = functools.lru_cache(maxsize=max(k, int(cache_bytes // max(s.nbytes, 1))))(read)
-        targets = [training_volume(int(j)) for j in candidates[i]]
-        found = align_pair_set_coarse_to_fine(s, targets, space, spacing_mm, hypotheses[i], factor=factor,
-                                              workers=workers)
+        js = [int(j) for j in candidates[i]]
+        coarse = None
+        if factor > 1 and keep < k:
+            def coarse(r, search, js=js):
+                current.setdefault("search", search)
+                return coarse_cache(js[r])
+        known = None if plain is None else [(float(plain[0][i, j]), float(plain[1][i, j])) for j in js]
+        kept, found = align_ranked(s, _Picked(training_volume, js), space, spacing_mm, hypotheses[i], factor=factor, workers=workers,
+                                   keep=keep if keep < k else None, coarse=coarse, plain=known)
+        kept_all[i] = [js[r] for r in kept]
         pairs.append(_restore_offsets(found, background))
         if progress:
             progress(i + 1)
-    return pairs
+    return kept_all, pairs
 
 
 def _rotate_fast(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Sequence[float],
@@ -564,14 +625,20 @@ def _rotate_fast(volume: np.ndarray, axis: int, angle_deg: float, spacing_mm: Se
 
 def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: SearchSpace,
                   spacing_mm: Sequence[float], hypotheses: Sequence[Sequence[Hypothesis]] | None,
-                  refine_angle: bool = True, rotate_fn: Callable = rotate) -> tuple[list[tuple[float, Transform]], Callable]:
+                  refine_angle: bool = True, rotate_fn: Callable = rotate,
+                  keep: int | None = None) -> tuple[list[tuple[float, Transform]], Callable, list[int]]:
     """The group search shared by :func:`align_pair_set` (full resolution) and
     :func:`_coarse_search` (block means): per target the lowest squared error over its
     hypotheses and every shift, then the local angle refinement about the best angle.
 
+    ``keep``: only the ``keep`` targets with the lowest squared error after the hypotheses
+    (ties: the earlier target) get the angle refinement; the ranked search of
+    :func:`align_ranked` refines only those at full resolution.
+
     Returns:
-        ``(best, moved)``: per target (squared error, transform), and ``moved(flips, axis,
-        angle)`` -> the moved volume and its FFTs (each transform computed once).
+        ``(best, moved, kept)``: per target (squared error, transform); ``moved(flips, axis,
+        angle)`` -> the moved volume and its FFTs (each transform computed once); the kept
+        targets' indices in rank order (all of them, in order, without ``keep``).
     """
     n_targets = len(fixed)
     best: list[tuple[float, Transform]] = [(math.inf, Transform()) for _ in fixed]
@@ -610,10 +677,14 @@ def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: Se
 
     for (flips, axis, angle), only in todo.items():
         consider(flips, axis, angle, only)
+    if keep is None or keep >= n_targets:
+        kept = list(range(n_targets))
+    else:
+        kept = [int(j) for j in np.argsort([b[0] for b in best], kind="stable")[:max(int(keep), 0)]]
     step = space.refine_step()
     if step > 0 and refine_angle:  # local refinement about each pair's best angle, shared where pairs agree
         refine: dict[Hypothesis, list[int]] = {}
-        for j in range(n_targets):
+        for j in kept:
             t0 = best[j][1]
             for axis in ([t0.rotation_axis] if t0.rotation_axis >= 0 else sorted(set(space.rotation_axes))):
                 for angle in (t0.angle_deg - step, t0.angle_deg + step):
@@ -621,7 +692,7 @@ def _group_search(s: np.ndarray, fixed: Sequence, search: ShiftSearch, space: Se
                         refine.setdefault((t0.flips, axis, angle), []).append(j)
         for (flips, axis, angle), only in refine.items():
             consider(flips, axis, angle, only)
-    return best, moved
+    return best, moved, kept
 
 
 def _aligned(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
@@ -659,7 +730,7 @@ def align_pair_set(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
     targets = [_less(t, background) for t in targets]
     search = ShiftSearch(s.shape, _shift_vox(space, spacing_mm), workers)
     fixed = [search.fixed(t) for t in targets]
-    best, moved = _group_search(s, fixed, search, space, spacing_mm, hypotheses)
+    best, moved, _ = _group_search(s, fixed, search, space, spacing_mm, hypotheses)
     out = []
     for j, t in enumerate(targets):
         tr = best[j][1]
@@ -713,10 +784,10 @@ def _refine_closest(found: list[PairResult], s: np.ndarray, targets: Sequence[np
     out = list(found)
     for j in np.argsort([p.rmse for p in out], kind="stable")[: space.refine_top]:
         t = np.asarray(targets[j], np.float32)
-        tr = refine_rigid(s, t, out[j].transform, space, spacing_mm)
+        tr = refine_rigid(s, t, out[j].transform, space, spacing_mm, fast=not exact)
         if tr is None:
             continue
-        aligned = _fit_intensity(apply(s, tr, spacing_mm), t, tr, space)
+        aligned = _fit_intensity(apply(s, tr, spacing_mm, fast=not exact), t, tr, space)
         if exact:
             diff = aligned.astype(np.float64) - t
             measured = PairResult(tr, float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
@@ -728,7 +799,7 @@ def _refine_closest(found: list[PairResult], s: np.ndarray, targets: Sequence[np
 
 
 def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSpace, spacing_mm: Sequence[float],
-                 iterations: int = 15) -> Transform | None:
+                 iterations: int = 15, fast: bool = False) -> Transform | None:
     """The rotation (about any 3D axis) and shift of ``start`` refined jointly by damped
     Gauss-Newton (Levenberg-Marquardt) on the squared error, on block means of about
     ``space.refine_block_mm``; the flip is kept.
@@ -743,6 +814,7 @@ def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSp
         The refined transform (``rotvec_deg``, ``shift_vox``), or None when it leaves the
         group: a rotation beyond ``max_angle_deg`` plus the grid's refinement step, or a shift
         beyond ``max_shift_mm`` on any axis (the search stays within the augmentations asked for).
+        ``fast``: the warps by :func:`~synthaudit.relict.align_kernels.affine_linear` (coarse-to-fine path).
     """
     sp = np.asarray(spacing_mm, float)
     q = max(1, int(round(space.refine_block_mm / float(np.prod(sp)) ** (1 / 3))))
@@ -756,7 +828,7 @@ def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSp
     rot, shift = start.rotation_matrix(), np.asarray(start.shift_vox, float) * sp
 
     def error(r, d):
-        a = rigid_warp(small_s, r, d, sp_b, centre)
+        a = rigid_warp(small_s, r, d, sp_b, centre, fast=fast)
         return a, float(np.sum((a.ravel().astype(np.float64) - target) ** 2))
 
     moved, err = error(rot, shift)
@@ -792,10 +864,14 @@ def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSp
 
 
 def _never_above_plain(found: PairResult, s: np.ndarray, t: np.ndarray, exact: bool = False,
-                       threads: int | None = None) -> PairResult:
+                       threads: int | None = None, known: tuple[float, float] | None = None) -> PairResult:
     """``found``, or the identity with the plain values when those are lower (the identity is in
-    the group: an aligned RMSE above the plain one is a search that lost, never a distance)."""
-    if exact:
+    the group: an aligned RMSE above the plain one is a search that lost, never a distance).
+    ``known``: the pair's plain (MAE, RMSE) as the image level computed them (finite), instead
+    of another pass over the volumes."""
+    if known is not None and all(math.isfinite(x) for x in known):
+        plain = PairResult(Transform(), float(known[0]), float(known[1]))
+    elif exact:
         diff = np.asarray(s, np.float64) - np.asarray(t, np.float64)
         plain = PairResult(Transform(), float(np.abs(diff).mean()), float(np.sqrt((diff ** 2).mean())))
     else:
@@ -1060,6 +1136,7 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
             pooled_t[q] = (torch.from_numpy(pm).to(dev),
                            torch.from_numpy(np.einsum("ij,ij->i", pm, pm, dtype=np.float64)).to(dev))
         t_mat = torch.from_numpy(mat).to(dev)
+        t_mat_np = mat if dev.type == "cpu" else None  # the same memory on the CPU
         del mat
         max_shift = _shift_vox(space, spacing_mm)
         n_shift = int(np.prod([2 * m + 1 for m in max_shift]))
@@ -1094,9 +1171,8 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
                 """min over shifts of the squared error, (group, len(cols)), and for q > 1 the row of
                 the stack that attains it; q > 1: the lower bound q^3 x that of the q-block means
                 (Jensen), less a float32 rounding margin."""
-                cols_t = torch.from_numpy(cols).to(dev)
                 tm, te = pooled_t[q] if q > 1 else (t_mat, t_energy)
-                tm, te = tm.index_select(0, cols_t), te.index_select(0, cols_t)
+                tm, te = _rows_of(tm, cols), _rows_of(te, cols)
                 if q > 1 and q not in pooled_rows:
                     pooled_rows[q] = [_pooled_shift_stack(v, max_shift, q) for v in moved]
                 res = np.empty((len(group), len(cols)))
@@ -1124,10 +1200,13 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
                 """Squared error of stack row rows[c] against training cols[c]: an upper bound of the pair's best."""
                 out_ = np.empty(len(cols))
                 for c0 in range(0, len(cols), 128):
-                    r = torch.from_numpy(stack[rows[c0:c0 + 128]]).to(dev)
-                    t = t_mat.index_select(0, torch.from_numpy(cols[c0:c0 + 128]).to(dev))
-                    cross = (r * t).sum(dim=1, dtype=torch.float64).cpu().numpy()
-                    out_[c0:c0 + 128] = stack_energy_np[rows[c0:c0 + 128]] + t_energy_np[cols[c0:c0 + 128]] - 2 * cross
+                    r, c = rows[c0:c0 + 128], cols[c0:c0 + 128]
+                    if dev.type == "cpu":  # float64 dot products of the rows, no float32 product array
+                        cross = np.einsum("ij,ij->i", stack[r], t_mat_np[c], dtype=np.float64)
+                    else:
+                        t = t_mat.index_select(0, torch.from_numpy(c).to(dev))
+                        cross = (torch.from_numpy(stack[r]).to(dev) * t).sum(dim=1, dtype=torch.float64).cpu().numpy()
+                    out_[c0:c0 + 128] = stack_energy_np[r] + t_energy_np[c] - 2 * cross
                 return np.maximum(out_, 0.0)
 
             score = np.full((len(group), n_t), np.inf)
@@ -1170,6 +1249,16 @@ def preselect_gemm(synthetic: Sequence[np.ndarray], training: Sequence[np.ndarra
         return out, hyps, coarse
     finally:
         torch.set_num_threads(old_threads)
+
+
+def _rows_of(t, idx: np.ndarray):
+    """``t[idx]`` of a torch tensor: a NumPy row copy on the CPU (~4x faster than
+    ``index_select`` for the pre-selection's 100-kB rows, measured), ``index_select`` elsewhere."""
+    import torch
+
+    if t.device.type == "cpu":
+        return torch.from_numpy(np.ascontiguousarray(t.numpy()[idx]))
+    return t.index_select(0, torch.from_numpy(np.asarray(idx)).to(t.device))
 
 
 def _pair_measures(aligned: np.ndarray, t: np.ndarray) -> tuple[float, float]:
@@ -1262,15 +1351,22 @@ class LocalShift:
 
 def _coarse_search(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace, spacing_mm: Sequence[float],
                    hypotheses: Sequence[Sequence[Hypothesis]] | None, factor: int, workers: int = 1,
-                   refine_angle: bool = True) -> tuple[list[tuple[float, Transform]], np.ndarray]:
+                   refine_angle: bool = True, keep: int | None = None,
+                   coarse: Callable[[int, ShiftSearch], tuple] | None = None
+                   ) -> tuple[list[tuple[float, Transform]], np.ndarray | None, list[int]]:
     """The group search of :func:`align_pair_set` on ``factor``-block means: per target the lowest
     squared error over its hypotheses (plus the identity rotation of every flip subset, a
     cheap guard against a pre-selection that preferred a rotation for a shifted copy) and every
-    shift, then the local angle refinement. Shifts are in block units.
+    shift, then the local angle refinement (of the best ``keep`` only, see :func:`_group_search`).
+    Shifts are in block units.
+
+    ``coarse(j, search)``: target j's block means and :meth:`ShiftSearch.fixed` (a cache shared
+    between synthetic volumes, :func:`align_candidates_ranked`); None computes them from ``targets``.
 
     Returns:
-        ``(best, plain)``: per target (squared error, transform) and the squared error of
-        the identity at zero shift, both on the block means.
+        ``(best, plain, kept)``: per target (squared error, transform); the squared error of
+        the identity at zero shift on the block means (None when ``coarse`` is given); the
+        kept targets in rank order.
     """
     from .align_kernels import block_mean_fast
 
@@ -1278,11 +1374,25 @@ def _coarse_search(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSp
     crop = _crop_start(s.shape, factor)
     s_c = block_mean_fast(s, factor, crop, threads=workers)
     search = ShiftSearch(s_c.shape, _shift_vox(space, sp_c), workers)
-    small_t = [block_mean_fast(t, factor, crop, threads=workers) for t in targets]
-    fixed = [search.fixed(t) for t in small_t]
-    plain = np.array([float(np.sum((s_c.astype(np.float64) - t) ** 2)) for t in small_t])
-    best, _ = _group_search(s_c, fixed, search, space, sp_c, hypotheses, refine_angle, rotate_fn=_rotate_fast)
-    return best, plain
+    plain = None
+    if coarse is None:
+        small_t = [block_mean_fast(t, factor, crop, threads=workers) for t in targets]
+        fixed = [search.fixed(t) for t in small_t]
+        plain = np.array([float(np.sum((s_c.astype(np.float64) - t) ** 2)) for t in small_t])
+    else:
+        fixed = [coarse(j, search) for j in range(len(targets))]
+    best, _, kept = _group_search(s_c, fixed, search, space, sp_c, hypotheses, refine_angle, rotate_fn=_rotate_fast,
+                                  keep=keep)
+    return best, plain, kept
+
+
+def coarse_fixed(t: np.ndarray, factor: int, search: ShiftSearch, workers: int = 1) -> tuple:
+    """A training volume's ``factor``-block means as :func:`_coarse_search` needs them (its FFT and
+    energy), for a cache shared between synthetic volumes."""
+    from .align_kernels import block_mean_fast
+
+    t = np.asarray(t, np.float32)
+    return search.fixed(block_mean_fast(t, factor, _crop_start(t.shape, factor), threads=workers))
 
 
 def coarse_aligned_mse(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace, spacing_mm: Sequence[float],
@@ -1297,7 +1407,7 @@ def coarse_aligned_mse(s: np.ndarray, targets: Sequence[np.ndarray], space: Sear
     a full-resolution alignment per pair.
     """
     s = np.asarray(s, np.float32)
-    best, plain = _coarse_search(s, targets, space, spacing_mm, hypotheses, factor, workers, refine_angle=False)
+    best, plain, _ = _coarse_search(s, targets, space, spacing_mm, hypotheses, factor, workers, refine_angle=False)
     n = block_mean(s, factor).size
     aligned = np.minimum(np.array([b[0] for b in best]), plain)
     return plain / n, aligned / n
@@ -1322,9 +1432,41 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
     """
     if factor <= 1:
         return align_pair_set(s, targets, space, spacing_mm, hypotheses, workers=workers, background=background)
+    return align_ranked(s, targets, space, spacing_mm, hypotheses, factor=factor, workers=workers,
+                        background=background)[1]
+
+
+def align_ranked(s: np.ndarray, targets: Sequence[np.ndarray], space: SearchSpace, spacing_mm: Sequence[float],
+                 hypotheses: Sequence[Sequence[Hypothesis]] | None = None, factor: int = 2, workers: int = 1,
+                 background: float = 0.0, keep: int | None = None,
+                 coarse: Callable[[int, ShiftSearch], tuple] | None = None,
+                 plain: Sequence[tuple[float, float]] | None = None) -> tuple[list[int], list[PairResult]]:
+    """:func:`align_pair_set_coarse_to_fine`, with the targets ranked on the block means first and
+    only the best ``keep`` of them aligned at full resolution (None: all).
+
+    Why: the 4 mm pre-selection ranks training volumes coarsely; at 1 mm it needed up to 2.8 n
+    candidates to hold the n closest aligned distances, the 2 mm search of this function up to
+    1.5 n (``make bench-alignment-recall``). Ranking 3 n candidates here (a few FFT correlations
+    each on 8x fewer voxels, the training side cached by :func:`align_candidates`) and refining
+    only the best ``keep`` costs less than refining them all. ``targets`` (a lazy sequence is fine)
+    is read once each for the block means, or, with ``coarse`` (as :func:`_coarse_search`), only at
+    the kept indices; ``plain``: per target the plain (MAE, RMSE) if known (the image level's), for
+    :func:`_never_above_plain`. ``factor`` <= 1 (no coarse stage): :func:`align_pair_set` on every
+    target, ``keep`` ignored.
+
+    Returns:
+        ``(kept, pairs)``: the kept target indices in rank order and their results.
+    """
+    if factor <= 1:
+        found = align_pair_set(s, targets, space, spacing_mm, hypotheses, workers=workers, background=background)
+        return list(range(len(found))), found
     s = _less(s, background)
-    targets = [_less(t, background) for t in targets]
-    best, _ = _coarse_search(s, targets, space, spacing_mm, hypotheses, factor, workers)
+    if background:
+        targets = [_less(t, background) for t in targets]
+    best, _, kept = _coarse_search(s, targets, space, spacing_mm, hypotheses, factor, workers, keep=keep,
+                                   coarse=coarse)
+    targets = _Picked(targets.__getitem__, kept)  # read one at a time: all need not fit in memory
+    best = [best[j] for j in kept]
 
     local = LocalShift(s.shape, _shift_vox(space, spacing_mm), threads=workers)
     fine_moved: dict[Hypothesis, tuple[np.ndarray, np.ndarray]] = {}
@@ -1356,17 +1498,41 @@ def align_pair_set_coarse_to_fine(s: np.ndarray, targets: Sequence[np.ndarray], 
         tr.flips, tr.rotation_axis, tr.angle_deg = key[0], key[1], key[2]
         tr.shift_vox = shift
         vol = moved(key)[0]
-        measured = _measured(vol, t, tr, space, spacing_mm, threads=workers)
+        sub = shift
         if space.subvoxel:
-            sub, _ = local.descend(moved(key)[1], fixed, [int(x) for x in shift], subvoxel=True, seen=memo[key])
-            if sub != shift:
-                tr_sub = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, sub)
-                measured = min(measured, _measured(vol, t, tr_sub, space, spacing_mm, threads=workers),
+            sub, ssd_int = local.descend(moved(key)[1], fixed, [int(x) for x in shift], subvoxel=True,
+                                         seen=memo[key])
+        if sub != shift:
+            # the sub-voxel shift first: the integer one's RMSE is its descent's exact squared
+            # error, so it is measured (for its MAE) only where it is the lower
+            tr_sub = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, sub)
+            measured = _measured(vol, t, tr_sub, space, spacing_mm, threads=workers)
+            if space.intensity_affine or math.sqrt(ssd_int / t.size) <= measured.rmse:
+                measured = min(_measured(vol, t, tr, space, spacing_mm, threads=workers), measured,
                                key=lambda p: p.rmse)
+        else:
+            measured = _measured(vol, t, tr, space, spacing_mm, threads=workers)
         out.append(measured)
     out = _refine_closest(out, s, targets, space, spacing_mm)
-    out = [_never_above_plain(p, s, t, threads=workers) for p, t in zip(out, targets)]
-    return _restore_offsets(out, background)
+    known = [None] * len(kept) if plain is None else [plain[j] for j in kept]
+    out = [_never_above_plain(p, s, None if kn is not None and all(map(math.isfinite, kn)) else targets[r],
+                              threads=workers, known=kn) for r, (p, kn) in enumerate(zip(out, known))]
+    return kept, _restore_offsets(out, background)
+
+
+class _Picked(collections.abc.Sequence):
+    """``get(rows[r])`` as float32, read when indexed (the candidates of one synthetic volume)."""
+
+    def __init__(self, get: Callable[[int], np.ndarray], rows: Sequence[int]):
+        self.get, self.rows = get, [int(j) for j in rows]
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, r):
+        if not -len(self.rows) <= r < len(self.rows):
+            raise IndexError(r)
+        return np.asarray(self.get(self.rows[r]), np.float32)
 
 
 def refine_factor(coarse_mm: float | None, spacing_mm: Sequence[float]) -> int:

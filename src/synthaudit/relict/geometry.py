@@ -96,18 +96,25 @@ def matrix_rotvec(rot: np.ndarray) -> np.ndarray:
 
 
 def rigid_warp(volume: np.ndarray, rot: np.ndarray, shift_mm: Sequence[float], spacing_mm: Sequence[float],
-               centre_vox: Sequence[float] | None = None, order: int = 1) -> np.ndarray:
+               centre_vox: Sequence[float] | None = None, order: int = 1, fast: bool = False,
+               threads: int | None = None) -> np.ndarray:
     """Rotate by ``rot`` about the grid centre, then shift by ``shift_mm``, in one interpolation:
     out(p) = in(R^T (p - c - t) + c) in physical coordinates (:func:`rotate` then a shift, the
     alignment's convention); zero outside.
 
     ``centre_vox``: where the rotation centre lies in this array's voxel coordinates (the grid
     centre by default; block means of a larger grid pass the full grid's centre in block units).
+    ``fast`` (order 1 only): :func:`~synthaudit.relict.align_kernels.affine_linear`, SciPy's values
+    to float32 rounding at ~4x the speed (the coarse-to-fine search; the reference path keeps SciPy's).
     """
     sp = np.asarray(spacing_mm, float)
     rot = np.asarray(rot, float)
     centre = (np.asarray(volume.shape, float) - 1) / 2 if centre_vox is None else np.asarray(centre_vox, float)
     m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
     offset = centre - m @ centre - (rot.T @ np.asarray(shift_mm, float)) / sp
+    if fast and order == 1:
+        from .align_kernels import affine_linear
+
+        return affine_linear(volume, m, offset, threads=threads)
     return ndimage.affine_transform(np.asarray(volume, np.float32), m, offset=offset, order=order, mode="constant",
                                     cval=0.0)
