@@ -173,6 +173,13 @@ def test_alignment_params_are_checked(params):
     msg = str(exc.value)
     assert "'nope' is not a dataset" in msg and "candidates: 3 is below relict.n_closest" in msg
     p = copy.deepcopy(params)
+    p["relict"]["alignment"]["rank_candidates"] = p["relict"]["alignment"]["candidates"] - 1
+    with pytest.raises(ParamsError, match="rank_candidates: .* is below relict.alignment.candidates"):
+        validate_params(p)
+    p["relict"]["alignment"]["rank_candidates"] = 0
+    with pytest.raises(ParamsError, match="rank_candidates"):
+        validate_params(p)
+    p = copy.deepcopy(params)
     p["datasets"]["ncct_demo_aug"]["measures"] = ["rmse"]
     with pytest.raises(ParamsError, match=r"\['mae'\] are not measured on dataset 'ncct_demo_aug'"):
         validate_params(p)

@@ -321,6 +321,10 @@ def _alignment_problems(params: dict) -> list[str]:
         if missing:
             out.append(f"relict.alignment.measures: {missing} are not measured on dataset {name!r} "
                        "(its measures or relict.measures); the aligned variant starts from the plain one")
+    if cfg.get("rank_candidates") is not None and cfg["rank_candidates"] < cfg["candidates"]:
+        out.append(f"relict.alignment.rank_candidates: {cfg['rank_candidates']} is below relict.alignment.candidates "
+                   f"({cfg['candidates']}): it ranks that many to align the best `candidates`; use at least "
+                   "candidates, or null")
     if cfg["datasets"] and cfg["candidates"] < params["relict"]["n_closest"]:
         out.append(f"relict.alignment.candidates: {cfg['candidates']} is below relict.n_closest "
                    f"({params['relict']['n_closest']}): the distance ratio would mix aligned and plain distances; "

@@ -3,7 +3,9 @@
 Candidates for every synthetic volume from a group search on block means (all pairs,
 training volumes streamed; one matrix product per synthetic volume and group element, with
 exact early rejection), then the full-resolution search on those K pairs only (coarse-to-fine
-from block means of about ``coarse_mm``, or every shift at full resolution);
+from block means of about ``coarse_mm``, or every shift at full resolution). With
+``rank_candidates`` on a grid finer than ``coarse_mm``, that many are pre-selected and ranked
+by the coarse search first, and only the best K of them go on to full resolution;
 each aligned measure's matrix is the plain one with the candidate pairs replaced by
 their aligned value when lower. The per-pair transforms go to alignment.tsv. A seeded
 sample of rows is also aligned to every training volume (relict.alignment.recall): the
@@ -42,7 +44,10 @@ with logged(snakemake.log[0]) as log:
     start = time.perf_counter()
     n_syn, n_train = len(snakemake.input.synthetic), len(snakemake.input.training)
     k = min(int(cfg["candidates"]), n_train)
-    factor, background = 1, 0.0
+    factor, background = al.refine_factor(cfg.get("coarse_mm"), grid["spacing_mm"]), 0.0
+    # relict.alignment.rank_candidates: on grids finer than coarse_mm, pre-select more and rank them
+    # on the coarse search; only the best k are aligned at full resolution
+    k_pre = min(max(k, int(cfg.get("rank_candidates") or k)), n_train) if factor > 1 else k
     if space.is_identity:
         log.info("search space none: the aligned measures are the plain ones")
         candidates, pairs = np.zeros((n_syn, 0), np.int64), [[] for _ in range(n_syn)]
@@ -63,20 +68,22 @@ with logged(snakemake.log[0]) as log:
             allowed = [np.flatnonzero(row) for row in mask]
             log.info("shortlist search: pre-selection among %d of %d pairs", int(mask.sum()), mask.size)
         candidates, hypotheses, spacing, background = al.preselect_volumes(
-            snakemake.input.synthetic, snakemake.input.training, loaded, space, k, factor_pre, allowed=allowed,
+            snakemake.input.synthetic, snakemake.input.training, loaded, space, k_pre, factor_pre, allowed=allowed,
             n_hypotheses=int(cfg["hypotheses"]), workers=snakemake.threads, max_stack_bytes=budget,
             progress=Progress(log, "pre-selection on block means: synthetic volumes", n_syn))
         t_pre = time.perf_counter() - start
         log.info("pre-selection: %d x %d pairs, %d group elements, %.1f s; %d candidates each; background %.4g "
                  "(median of the training volumes' faces: what shifts and rotations pad with)", n_syn, n_train,
-                 len(space.flips()) * len(space.rotations()), t_pre, k, background)
-        factor = al.refine_factor(cfg.get("coarse_mm"), spacing)
-        log.info("full-resolution search: %s", f"coarse-to-fine from {factor}x block means" if factor > 1
-                 else "every shift at full resolution")
-        pairs = al.align_candidates(snakemake.input.synthetic, snakemake.input.training, loaded, candidates,
-                                    hypotheses, space, spacing, workers=snakemake.threads, factor=factor,
-                                    background=background,
-                                    progress=Progress(log, "full-resolution alignment: synthetic volumes", n_syn))
+                 len(space.flips()) * len(space.rotations()), t_pre, k_pre, background)
+        log.info("full-resolution search: %s", (f"coarse-to-fine from {factor}x block means" if factor > 1
+                 else "every shift at full resolution") + (f"; the {k_pre} candidates ranked on the block means, "
+                                                           f"the best {k} aligned at full resolution"
+                                                           if k_pre > k else ""))
+        candidates, pairs = al.align_candidates_ranked(
+            snakemake.input.synthetic, snakemake.input.training, loaded, candidates, hypotheses, space, spacing,
+            workers=snakemake.threads, factor=factor, background=background, keep=k,
+            plain=(plain["mae"], plain["rmse"]) if {"mae", "rmse"} <= set(plain) else None,
+            progress=Progress(log, "full-resolution alignment: synthetic volumes", n_syn))
     seconds = time.perf_counter() - start
     n_pairs = int(sum(len(r) for r in pairs))
     log.info("alignment: %d candidate pairs in %.1f s (%.2f s per pair, pre-selection %.1f s)", n_pairs, seconds,
@@ -97,7 +104,7 @@ with logged(snakemake.log[0]) as log:
     n_check = 0 if space.is_identity or k >= n_train else min(int(rcfg["sample"]), n_syn)
     rows = sorted(int(i) for i in np.random.default_rng(int(rcfg["seed"])).choice(n_syn, n_check, replace=False))
     t_check = time.perf_counter()
-    report = {"k": k, "n_training": n_train, "sample": int(rcfg["sample"]), "seed": int(rcfg["seed"]),
+    report = {"k": k, "ranked": k_pre, "n_training": n_train, "sample": int(rcfg["sample"]), "seed": int(rcfg["seed"]),
               "pairs_aligned": n_pairs, "rows": [syn_ids[i] for i in rows], "measures": {}}
     if rows:
         everything = np.tile(np.arange(n_train), (len(rows), 1))
