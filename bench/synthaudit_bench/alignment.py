@@ -116,6 +116,13 @@ def main(argv: list[str] | None = None) -> int:
                              "(default: %(default)s)")
     parser.add_argument("--preselect-downsample", type=int, default=None,
                         help="ncct: block-mean factor of the pre-selection (default: 4 mm blocks)")
+    parser.add_argument("--keep", type=int, default=None,
+                        help="ncct: rank the K candidates on the coarse block means and align only the best KEEP at "
+                             "full resolution (default: params.yaml's relict.alignment.candidates when --candidates "
+                             "exceeds it, else all K)")
+    parser.add_argument("--exhaustive", default=None,
+                        help="ncct: the recall bench's arrays (.npz, every training volume aligned): recall and "
+                             "ratio error of the run against them")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--target-s", type=float, default=None,
@@ -128,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         from synthaudit_bench.alignment_scale import run_ncct
 
         kw = {} if args.candidates is None else {"k": args.candidates}
+        kw["keep"], kw["exhaustive"] = args.keep, args.exhaustive
         if args.preselect_downsample is not None:
             kw["preselect_factor"] = args.preselect_downsample
         result = run_ncct(args.params, n=args.n, n_per_kind=args.per_kind, exact_subset=args.exact_subset,

@@ -86,6 +86,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
               data_range: float, space, *, k: int = 10, n: int = 50, preselect_factor: int = 4,
               coarse_factor: int = 2, hypotheses: int = 2, n_per_kind: int = 3, exact_subset: int = 5,
               reference_pairs: int = 0, reference_k: int | None = None, threads: int = 2, device: str = "cpu",
+              keep: int | None = None, exhaustive: str | Path | None = None,
               target_s: float | None = 1200.0, seed: int = 0, log: Callable[[str], None] = print) -> dict:
     """The aligned ratio of every synthetic volume at n, timed per stage; see the module doc.
 
@@ -153,11 +154,15 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         return np.asarray((syn if kind == "s" else training)[i], np.float32), None
 
     t0 = time.perf_counter()
-    pairs = al.align_candidates([("s", i) for i in range(len(syn))], [("t", j) for j in range(n_t)], load,
-                                cand[:, :k], [h[:k] for h in hyp], space, sp, workers=threads, factor=coarse_factor,
-                                cache_bytes=1e9)
+    kept, pairs = al.align_candidates_ranked([("s", i) for i in range(len(syn))], [("t", j) for j in range(n_t)],
+                                             load, cand[:, :k], [h[:k] for h in hyp], space, sp, workers=threads,
+                                             factor=coarse_factor, cache_bytes=2e9, keep=keep,
+                                             coarse_cache_bytes=4e9, plain=(plain["mae"], plain["rmse"]))
     times["align"] = time.perf_counter() - t0
-    log(f"alignment of {len(syn)} x {k} pairs: {times['align']:.1f} s")
+    log(f"alignment of {len(syn)} x {k} pairs"
+        + (f", ranked on {coarse_factor * spacing_mm:g} mm block means, the best {kept.shape[1]} at full resolution" if keep else "")
+        + f": {times['align']:.1f} s")
+    full_k = kept.shape[1]
 
     # 4. the denominator's other neighbours: the n nearest by plain RMSE that are not candidates,
     # searched on 2 mm block means only (their hypotheses: each flip unrotated, and the
@@ -165,8 +170,8 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
     t0 = time.perf_counter()
     coarse2 = al.CoarseErrors(np.full((len(syn), n_t), np.nan), np.full((len(syn), n_t), np.nan))
     n_est = 0
-    for i in range(len(syn) if k < n else 0):  # k >= n: every distance of the ratio is aligned already
-        near = [int(j) for j in np.argsort(plain["rmse"][i], kind="stable")[:n] if j not in set(cand[i, :k].tolist())]
+    for i in range(len(syn) if full_k < n else 0):  # every distance of the ratio is aligned already
+        near = [int(j) for j in np.argsort(plain["rmse"][i], kind="stable")[:n] if j not in set(kept[i].tolist())]
         won = list(dict.fromkeys((p.transform.flips, p.transform.rotation_axis, p.transform.angle_deg)
                                  for p in pairs[i]))
         if near:
@@ -179,11 +184,11 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
 
     # 5. matrices and ratios
     t0 = time.perf_counter()
-    mats = al.aligned_matrices(plain, cand[:, :k], pairs, sp)
+    mats = al.aligned_matrices(plain, kept, pairs, sp)
     ratios = {f"{m}_aligned": distance_ratio(mats[m], n) for m in ("mae", "rmse")}
-    est = al.estimated_rmse(plain["rmse"], coarse2, cand[:, :k], mats["rmse"])
+    est = al.estimated_rmse(plain["rmse"], coarse2, kept, mats["rmse"])
     ratios["rmse_aligned_estimate"] = distance_ratio(est, n)
-    est4 = al.estimated_rmse(plain["rmse"], coarse, cand[:, :k], mats["rmse"])
+    est4 = al.estimated_rmse(plain["rmse"], coarse, kept, mats["rmse"])
     ratios["rmse_aligned_estimate_4mm"] = distance_ratio(est4, n)
     for m in ("mae", "rmse"):
         ratios[f"{m}_plain"] = distance_ratio(plain[m], n)
@@ -205,7 +210,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
             others = r.ratio[non]
             row[key] = {"ratio": float(r.ratio[i]), "closest_is_source": bool(int(r.closest[i]) == a["source"]),
                         "below_all_nonreplicas": bool(r.ratio[i] < others.min()) if len(non) else None}
-        row["transform_to_source"] = next((p.transform.describe(sp) for j, p in zip(cand[i, :k], pairs[i])
+        row["transform_to_source"] = next((p.transform.describe(sp) for j, p in zip(kept[i], pairs[i])
                                            if int(j) == a["source"]), None)
         detection.append(row)
     nonrep = {key: {"min": float(r.ratio[non].min()), "median": float(np.median(r.ratio[non]))}
@@ -231,7 +236,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
     if subset:
         cand_ref, hyp_ref, _ = al.preselect_gemm([small_syn[i] for i in subset], small_train, space, sp_small, k_ref,
                                                  n_hypotheses=hypotheses, device=device, threads=threads)
-        consistent = bool(np.array_equal(cand_ref[:, :k], cand[subset]))
+        consistent = bool(np.array_equal(cand_ref[:, :k], cand[subset])) and full_k == k
         for r, i in enumerate(subset):
             extra = al.align_pair_set_coarse_to_fine(
                 syn[i], [np.asarray(training[j], np.float32) for j in cand_ref[r, k:]], space, sp, hyp_ref[r][k:],
@@ -269,14 +274,14 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         rows = []
         per = max(1, reference_pairs // len(subset))
         for i in subset:
-            idx = list(range(min(per, k)))
+            idx = list(range(min(per, full_k)))
             if len(rows) >= reference_pairs:
                 break
-            ref = al.align_pair_set(syn[i], [np.asarray(training[int(cand[i, c])], np.float32) for c in idx], space,
+            ref = al.align_pair_set(syn[i], [np.asarray(training[int(kept[i, c])], np.float32) for c in idx], space,
                                     sp, [hyp[i][c] for c in idx], workers=threads)
             for c, r in zip(idx, ref):
                 f = pairs[i][c]
-                rows.append({"synthetic": int(i), "training": int(cand[i, c]), "rmse_reference": r.rmse,
+                rows.append({"synthetic": int(i), "training": int(kept[i, c]), "rmse_reference": r.rmse,
                              "rmse_fast": f.rmse, "mae_reference": r.mae, "mae_fast": f.mae,
                              "transform_reference": r.transform.describe(sp),
                              "transform_fast": f.transform.describe(sp)})
@@ -284,10 +289,32 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
         ref_cmp = {"pairs": rows, "rmse_rel_diff_max": float(max(rel)), "rmse_rel_diff_min": float(min(rel)),
                    "seconds": time.perf_counter() - t0, "reference_s_per_pair": (time.perf_counter() - t0) / len(rows)}
 
+    # against every training volume aligned (the recall bench's arrays, same synthetic set and search)
+    versus_all = None
+    if exhaustive:
+        arrays = np.load(exhaustive)
+        rows = []
+        for i in sorted({int(key.split("_")[0]) for key in arrays.files}):
+            every = np.asarray(arrays[f"{i}_aligned_rmse"], np.float64)
+            true = np.argsort(every, kind="stable")[:n]
+            exact = distance_ratio(every[None, :], n)
+            got = distance_ratio(mats["rmse"][i:i + 1], n)
+            rows.append({"synthetic": i, "recall_top_n": float(np.isin(true, kept[i]).mean()),
+                         "ratio_exact": float(exact.ratio[0]), "ratio": float(got.ratio[0]),
+                         "ratio_error": float(got.ratio[0] - exact.ratio[0]),
+                         "mean_n_closest_rel_error": float(abs(got.mean_n_closest[0] - exact.mean_n_closest[0])
+                                                           / exact.mean_n_closest[0])})
+        versus_all = {"arrays": str(exhaustive), "volumes": rows,
+                      "recall_top_n_min": min(r["recall_top_n"] for r in rows),
+                      "max_abs_ratio_error": max(abs(r["ratio_error"]) for r in rows)}
+        log(f"against every training volume ({len(rows)} volumes): recall of the exact {n} closest "
+            f"{versus_all['recall_top_n_min']:.3f} (lowest), largest ratio error {versus_all['max_abs_ratio_error']:.2g}")
+
     return {
         "grid": list(np.asarray(training[0]).shape), "spacing_mm": spacing_mm, "n_synthetic": len(syn),
-        "n_training": n_t, "n_closest": n, "candidates": k, "reference_candidates": k_ref,
-        "ratio": "exact (every candidate of the n closest aligned)" if k >= n else
+        "n_training": n_t, "n_closest": n, "candidates": k, "aligned_at_full_resolution": full_k,
+        "reference_candidates": k_ref, "versus_every_training_volume": versus_all,
+        "ratio": "exact (every candidate of the n closest aligned)" if full_k >= n else
                  "conservative screen (candidates beyond k keep their plain distance)",
         "preselect_downsample": preselect_factor,
         "coarse_to_fine_factor": coarse_factor, "hypotheses": hypotheses,
@@ -297,6 +324,7 @@ def run_scale(synthetic: np.ndarray, training: np.ndarray, replica_of: Sequence[
                     "augmented_set_s (not in total)": round(made_s, 2),
                     "exact_reference_s (not in total)": round(exact_s, 2)},
         "align_s_per_candidate_pair": times["align"] / max(1, len(syn) * k),
+        "align_s_per_full_resolution_pair": times["align"] / max(1, len(syn) * full_k),
         "preselect_training_left_after_bounds_mean": left.mean(axis=0).round(1).tolist(),
         "preselect_training_scored_exactly_max": int(left[:, -1].max()),
         "target_s": target_s, "target_met": (total <= target_s) if target_s else None,
