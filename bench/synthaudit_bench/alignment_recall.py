@@ -28,19 +28,6 @@ from typing import Sequence
 import numpy as np
 
 
-class _Volumes:
-    """Training volumes as float32, read when indexed (the refinement reads only the closest few)."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __len__(self):
-        return len(self.array)
-
-    def __getitem__(self, j):
-        return np.asarray(self.array[int(j)], np.float32)
-
-
 def orderings_report(aligned: np.ndarray, orders: dict[str, np.ndarray], plain: np.ndarray, n: int,
                      ks: Sequence[int]) -> dict:
     """Per ordering: the smallest K whose first K candidates hold the n closest aligned distances,
@@ -116,7 +103,7 @@ def run(synthetic: Sequence[int], params_file: str = "params.yaml", n: int = 50,
                 plain[j] = float(np.sqrt(np.mean((s64 - v) ** 2)))
             log(f"synthetic {i}: {min(b + batch, n_t)}/{n_t} aligned, {time.perf_counter() - t0:.0f} s")
         every = [results[j] for j in range(n_t)]
-        every = al._refine_closest(every, s, _Volumes(tra), space, sp)
+        every = al._refine_closest(every, s, al._Picked(tra.__getitem__, range(n_t)), space, sp)
         aligned = np.array([p.rmse for p in every])
         orders = {"preselection_4mm (the workflow's)": order4, "plain_rmse": np.argsort(plain, kind="stable"),
                   "coarse_2mm_aligned": np.argsort(coarse_mse, kind="stable")}

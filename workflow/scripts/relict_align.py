@@ -111,6 +111,8 @@ with logged(snakemake.log[0]) as log:
         full = al.align_candidates([snakemake.input.synthetic[i] for i in rows], snakemake.input.training, loaded,
                                    everything, [None] * len(rows), space, spacing, workers=snakemake.threads,
                                    factor=factor, background=background,
+                                   plain=(plain["mae"][rows], plain["rmse"][rows]) if {"mae", "rmse"} <= set(plain)
+                                   else None,
                                    progress=Progress(log, "recall check: sampled volumes aligned to every training "
                                                      "volume", len(rows)))
         exhaustive = al.aligned_matrices({m: plain[m][rows] for m in measures}, everything, full, spacing)

@@ -518,13 +518,14 @@ def _restore_offsets(pairs: list[PairResult], background: float) -> list[PairRes
 def align_candidates(synthetic: Sequence, training: Sequence, load: Loader, candidates: np.ndarray,
                      hypotheses: Sequence[Sequence[Sequence[Hypothesis]]], space: SearchSpace,
                      spacing_mm: Sequence[float], workers: int = 1, progress: Callable[[int], None] | None = None,
-                     cache_bytes: float = 2e9, factor: int = 1, background: float = 0.0) -> list[list[PairResult]]:
+                     cache_bytes: float = 2e9, factor: int = 1, background: float = 0.0,
+                     plain: tuple[np.ndarray, np.ndarray] | None = None) -> list[list[PairResult]]:
     """The full-resolution search (:func:`align_pair_set`, or with ``factor`` > 1
     :func:`align_pair_set_coarse_to_fine` from ``factor``-block means) of every synthetic
     volume against its candidates: :func:`align_candidates_ranked` keeping them all."""
     return align_candidates_ranked(synthetic, training, load, candidates, hypotheses, space, spacing_mm,
                                    workers=workers, progress=progress, cache_bytes=cache_bytes, factor=factor,
-                                   background=background)[1]
+                                   background=background, plain=plain)[1]
 
 
 class _ByteLRU:
