@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-slurm test-slurm-run install lint wheel lock baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local
+.PHONY: demo test test-slurm test-slurm-run install lint wheel lock numerics-digests baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -85,8 +85,13 @@ wheel: $(STAMP)
 # make baseline, then commit those files with the change.
 baseline: demo
 	$(BIN)/snakemake $(DEMO_PROFILE) feature_study_all
-	$(MAKE) lock
+	$(MAKE) lock numerics-digests
 	$(BIN)/python -m synthaudit.review.readme_tables --write
+
+# the fingerprints of every kind of computation at seconds size (synthaudit.numerics_probe), committed
+# with the baseline: tests/test_numerics.py checks that every machine reproduces them
+numerics-digests: $(STAMP)
+	$(BIN)/python -m synthaudit.numerics_probe --out tests/data/numerics_digests.json > /dev/null
 
 # dvc.lock: the code, params and outputs the run in this folder used (dvc commit, no rerun)
 lock: $(STAMP)

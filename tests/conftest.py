@@ -5,7 +5,9 @@ benchmarks from bench/ (pyproject: pytest's pythonpath)."""
 
 from pathlib import Path
 
-import numpy as np
+import synthaudit  # noqa: F401  first: its portable numerics are set before numpy loads (synthaudit.numerics)
+
+import numpy as np  # noqa: E402
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]

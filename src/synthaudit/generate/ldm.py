@@ -54,6 +54,7 @@ import torch.nn.functional as F
 from monai.networks.nets import AutoencoderKL, DiffusionModelUNet
 from monai.networks.schedulers import DDIMScheduler, DDPMScheduler
 
+from .. import numerics
 from ..devices import resolve_device
 from ..io import atomic_path
 from ..training import deterministic, save_checkpoint
@@ -167,6 +168,33 @@ def _build_diffusion(config: Mapping, in_channels: int) -> DiffusionModelUNet:
         attention_levels=tuple(c["attention_levels"]), num_res_blocks=tuple(c["num_res_blocks"]),
         num_head_channels=tuple(c["num_head_channels"]), norm_num_groups=c["norm_num_groups"],
     )
+
+
+class _DDPM(DDPMScheduler):
+    """MONAI's DDPM scheduler, its square roots IEEE-rounded: ``alphas ** 0.5`` on a CPU tensor
+    goes through MKL's vector math, whose last bits differ between CPUs (synthaudit.numerics)."""
+
+    def add_noise(self, original_samples: torch.Tensor, noise: torch.Tensor, timesteps: torch.Tensor) -> torch.Tensor:
+        alphas = self.alphas_cumprod.to(device=original_samples.device, dtype=original_samples.dtype)[
+            timesteps.to(original_samples.device)]
+        shape = (-1,) + (1,) * (original_samples.ndim - 1)
+        return (numerics.sqrt(alphas).reshape(shape) * original_samples
+                + numerics.sqrt(1 - alphas).reshape(shape) * noise)
+
+
+class _DDIM(DDIMScheduler):
+    """MONAI's deterministic DDIM step (eta 0, noise prediction, no clipping), its square roots
+    IEEE-rounded as in :class:`_DDPM`; the same formula as ``DDIMScheduler.step``."""
+
+    def step(self, model_output: torch.Tensor, timestep: int, sample: torch.Tensor, eta: float = 0.0,
+             generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        if eta != 0.0 or self.clip_sample or self.prediction_type != "epsilon":
+            raise NotImplementedError("synthaudit samples with eta 0, noise prediction and no clipping")
+        previous = timestep - self.num_train_timesteps // self.num_inference_steps
+        alpha = self.alphas_cumprod[timestep]
+        alpha_previous = self.alphas_cumprod[previous] if previous >= 0 else self.final_alpha_cumprod
+        original = (sample - numerics.sqrt(1 - alpha) * model_output) / numerics.sqrt(alpha)
+        return numerics.sqrt(alpha_previous) * original + numerics.sqrt(1 - alpha_previous) * model_output, original
 
 
 # --------------------------------------------------------------------------- training
@@ -340,7 +368,7 @@ def train_diffusion(
     dev = resolve_device(device)
     n = len(latents)
     factor = 2 ** (len(c["channels"]) - 1)
-    scheduler = DDPMScheduler(num_train_timesteps=c["num_train_timesteps"], schedule=c["schedule"],
+    scheduler = _DDPM(num_train_timesteps=c["num_train_timesteps"], schedule=c["schedule"],
                               beta_start=c["beta_start"], beta_end=c["beta_end"])
 
     with deterministic(dev, seed):
@@ -370,7 +398,7 @@ def train_diffusion(
 
 def _fit(model, run_config, c, *, seed, checkpoint, resume, device, progress, run_epoch) -> list[dict]:
     """The epoch loop shared by both stages: resume, per-epoch seeding, checkpoints, progress."""
-    optimiser = torch.optim.Adam(model.parameters(), lr=c["learning_rate"])
+    optimiser = numerics.adam(model.parameters(), lr=c["learning_rate"])
     epochs = c["epochs"]
     path = Path(checkpoint) if checkpoint is not None else None
     history: list[dict] = []
@@ -472,7 +500,7 @@ def sample(
     dev = resolve_device(device)
     autoencoder.to(dev).eval()
     unet.to(dev).eval()
-    scheduler = DDIMScheduler(num_train_timesteps=c["num_train_timesteps"], schedule=c["schedule"],
+    scheduler = _DDIM(num_train_timesteps=c["num_train_timesteps"], schedule=c["schedule"],
                               beta_start=c["beta_start"], beta_end=c["beta_end"], clip_sample=False)
     scheduler.set_timesteps(c["num_inference_steps"])
     out = np.empty((n, *autoencoder.shape), np.float32)

@@ -34,6 +34,10 @@ from torch import nn
 
 from ..io import atomic_path
 
+# the pairwise distance of every pair in turn, with the IEEE square root: the matrix-product form
+# (torch's default beyond 25 rows) takes the root through MKL's vector math (synthaudit.numerics)
+_EXACT = "donot_use_mm_for_euclid_dist"
+
 HEADS = ("pred", "corr", "l1", "l2")
 BACKBONES = {"resnet10": [1, 1, 1, 1], "resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}
 OBJECTIVES = ("verification", "retrieval")
@@ -101,9 +105,9 @@ def score_matrix(model: SiameseNetwork, fa: torch.Tensor, fb: torch.Tensor, head
         zb = zb / zb.norm(dim=1, keepdim=True).clamp_min(1e-12)
         return za @ zb.T
     if head == "l2":
-        return -torch.cdist(fa, fb)
+        return -torch.cdist(fa, fb, compute_mode=_EXACT)
     if head == "l1":
-        return -torch.cdist(fa, fb, p=1) / fa.shape[1]
+        return -torch.cdist(fa, fb, p=1, compute_mode=_EXACT) / fa.shape[1]
     if model.head is None:
         raise ValueError("head 'pred' needs a verification network; this one was trained for retrieval")
     sa, sb = torch.sigmoid(fa), torch.sigmoid(fb)

@@ -31,10 +31,12 @@ from typing import Sequence
 import numpy as np
 from numba import njit, prange
 
+from ..numerics import FASTMATH
+
 from .kernels import kernel_threads
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _row_sq(x):  # pragma: no cover - compiled
     r = np.float32(0.0)
     for k in range(x.shape[0]):
@@ -42,7 +44,7 @@ def _row_sq(x):  # pragma: no cover - compiled
     return r
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _row_diff_sq(x, y):  # pragma: no cover - compiled
     """sum (x - y)^2 of two equal-length rows (slices: indices from 0, so the loop vectorises)."""
     r = np.float32(0.0)
@@ -52,7 +54,7 @@ def _row_diff_sq(x, y):  # pragma: no cover - compiled
     return r
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@njit(parallel=True, fastmath=FASTMATH, cache=True, nogil=True)
 def _shift_ssd_planes(a, t, shifts, out):  # pragma: no cover - compiled
     n0, n1, n2 = t.shape
     m = shifts.shape[0]
@@ -125,7 +127,7 @@ def _combine(u, v, out, n, wa, wb, ok_a, ok_b, keep):  # pragma: no cover - comp
         out[x] = r
 
 
-@njit(fastmath=True, cache=True, nogil=True)
+@njit(fastmath=FASTMATH, cache=True, nogil=True)
 def _row_errors(row, t_row):  # pragma: no cover - compiled
     """sum |row - t_row| and sum (row - t_row)^2 in float32 (vectorised), for a float64 total."""
     ra = np.float32(0.0)

@@ -33,6 +33,8 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from ..numerics import FASTMATH
+
 # Voxels per chunk in :func:`error_sums`: 32 KiB of float32 per row, so a chunk of the
 # synthetic rows plus four training rows stays in L2 while it is used.
 ERROR_CHUNK = 8192
@@ -100,7 +102,7 @@ def error_sums(synthetic: np.ndarray, training: np.ndarray, chunk: int = ERROR_C
     return abs_parts.sum(axis=0), sq_parts.sum(axis=0)
 
 
-@njit(fastmath=True, cache=True, inline="always")
+@njit(fastmath=FASTMATH, cache=True, inline="always")
 def _quad_abs(x, b0, b1, b2, b3):  # pragma: no cover - compiled
     """Sums of |x - b_i| over four 1D runs (1D slices: numba then emits plain vector loads)."""
     a0 = np.float32(0.0)
@@ -116,7 +118,7 @@ def _quad_abs(x, b0, b1, b2, b3):  # pragma: no cover - compiled
     return a0, a1, a2, a3
 
 
-@njit(fastmath=True, cache=True, inline="always")
+@njit(fastmath=FASTMATH, cache=True, inline="always")
 def _quad_abs_sq(x, b0, b1, b2, b3):  # pragma: no cover - compiled
     """Sums of |x - b_i| and (x - b_i)^2 over four 1D runs."""
     a0 = np.float32(0.0)
@@ -144,7 +146,7 @@ def _quad_abs_sq(x, b0, b1, b2, b3):  # pragma: no cover - compiled
     return a0, a1, a2, a3, q0, q1, q2, q3
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@njit(parallel=True, fastmath=FASTMATH, cache=True, nogil=True)
 def _error_parts(synthetic, training, abs_out, sq_out, chunk, squares, pairs):  # pragma: no cover - compiled
     """Voxel range ``p`` of the parts in parallel; within it, cache-sized chunks."""
     n_parts = abs_out.shape[0]
@@ -201,7 +203,7 @@ def ssim_sums(x_shifted, x_cross, x_mean, x_alpha, x_beta,
                            y_beta, weights, c1, c2k, out, pairs)
 
 
-@njit(fastmath=True, cache=True, inline="always", error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
 def _fir11(src, step, dst, n, w):  # pragma: no cover - compiled
     """``dst[v] = sum_b w[b] src[v + b step]`` for v < n (11 taps; 1D slices: plain vector loads)."""
     w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10 = w
@@ -221,7 +223,7 @@ def _fir11(src, step, dst, n, w):  # pragma: no cover - compiled
                   + w7 * a7[v] + w8 * a8[v] + w9 * a9[v] + w10 * a10[v])
 
 
-@njit(fastmath=True, cache=True, inline="always", error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
 def _ring11(ring, i, dst, n, w):  # pragma: no cover - compiled
     """``dst[v] = sum_a w[a] ring[(i + a) % 11][v]`` for v < n: the first axis over a ring of 11 planes."""
     w0, w1, w2, w3, w4, w5, w6, w7, w8, w9, w10 = w
@@ -233,7 +235,7 @@ def _ring11(ring, i, dst, n, w):  # pragma: no cover - compiled
                   + w7 * a7[v] + w8 * a8[v] + w9 * a9[v] + w10 * a10[v])
 
 
-@njit(fastmath=True, cache=True, inline="always", error_model="numpy")
+@njit(fastmath=FASTMATH, cache=True, inline="always", error_model="numpy")
 def _ssim_terms(q, xc, yc, xm, ym, xb, yb, c1f, c2f):  # pragma: no cover - compiled
     """Sum over one output row of ``a1 a2 / den`` (float32; error_model numpy: the division vectorises).
 
@@ -251,7 +253,7 @@ def _ssim_terms(q, xc, yc, xm, ym, xb, yb, c1f, c2f):  # pragma: no cover - comp
     return part
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True, error_model="numpy")
+@njit(parallel=True, fastmath=FASTMATH, cache=True, nogil=True, error_model="numpy")
 def _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean, y_beta,
                   w, c1, c2k, out, pairs):  # pragma: no cover - compiled
     """:func:`_ssim_sums_generic` for 11 taps (``w`` a tuple of 11 float32), passes as flat loops.
@@ -306,7 +308,7 @@ def _ssim_sums_11(x_shifted, x_cross, x_mean, x_beta, y_shifted, y_cross, y_mean
                     out[s, t] += row
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@njit(parallel=True, fastmath=FASTMATH, cache=True, nogil=True)
 def _ssim_sums_generic(x_shifted, x_cross, x_mean, x_alpha, x_beta,
                        y_shifted, y_cross, y_mean, y_alpha, y_beta,
                        weights, c1, c2k, out, pairs):  # pragma: no cover - compiled

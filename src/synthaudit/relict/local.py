@@ -32,6 +32,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit, prange
 
+from ..numerics import FASTMATH
+
 from .. import registry
 
 LOCAL_MEASURES = tuple(registry.names(registry.LOCAL))  # the registry's local level
@@ -209,7 +211,7 @@ def cell_error_sums(synthetic: np.ndarray, training: np.ndarray, cell: Sequence[
     return abs_out, sq_out
 
 
-@njit(parallel=True, fastmath=True, cache=True, nogil=True)
+@njit(parallel=True, fastmath=FASTMATH, cache=True, nogil=True)
 def _cell_sums(syn, tr, cx, cy, cz, abs_out, sq_out):  # pragma: no cover - compiled
     """Per x-cell (one thread each), per synthetic volume and pair of training volumes: the
     voxels' |d| and d^2 accumulate along whole z-rows into per-(y-cell, z) float32 rows, which

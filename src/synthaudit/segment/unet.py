@@ -40,6 +40,7 @@ from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 from monai.networks.nets import UNet
 
+from .. import numerics
 from ..devices import resolve_device
 from ..io import atomic_path
 from ..training import deterministic, save_checkpoint
@@ -112,7 +113,7 @@ def train_unet(
     with deterministic(dev, seed):
         model = _build_unet(n_classes, channels)
         model.to(dev)
-        optimiser = torch.optim.Adam(model.parameters(), lr=learning_rate)
+        optimiser = numerics.adam(model.parameters(), lr=learning_rate)
         history: list[dict] = []
         checkpoint = Path(checkpoint_path) if checkpoint_path is not None else None
         if checkpoint is not None and resume and checkpoint.exists():
