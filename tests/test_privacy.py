@@ -190,21 +190,22 @@ def test_training_is_deterministic_for_a_seed():
 
 
 def test_training_learns_to_re_identify_unseen_patients():
-    # 8 held-out patients (8 positive, 112 negative pairs): over seeds 0-9 on one thread the AUC was
-    # 0.87-0.99 and the lowest training loss 0.45-0.60 of the first; with 4 held-out patients one
-    # seed gave 0.65 (4 positive pairs are too few for a stable AUC), and float rounding differs
-    # between CPUs and thread counts
+    # 8 held-out patients (8 positive, 112 negative pairs). One training's AUC is a draw: over seeds
+    # 0-9 (one thread, 2026-11-27) it was 0.67-0.96 with portable numerics and 0.71-0.96 native, so
+    # the test judges the median of five seeds (0.88 and 0.90 there), as the metrics report a spread
     x, ids, patients, roles = _cohort(n_train=8, n_held=8)
     tr, va = patient_split(patients, [i for i, r in enumerate(roles) if r == "train"], 0.25, 0)
     cfg = _cfg(epochs=12, patience=12, learning_rate=0.01, batch_pairs=4, negatives_per_positive=3)
-    model, history = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=5, device="cpu")
-    assert min(r["loss"] for r in history) < 0.75 * history[0]["loss"], history
-    # verification on held-out patients: scans of one patient score higher than scans of two
     held = [i for i, r in enumerate(roles) if r == "heldout"]
-    feats = embed_all(model, x, torch.device("cpu"))
     pairs, same = filtering.verification_pairs(ids, patients, held)
-    s = score_matrix(model, feats, feats, "pred").numpy()[pairs[:, 0], pairs[:, 1]]
-    assert roc_auc(s, same) >= 0.8
+    aucs = []
+    for seed in range(5):
+        model, history = train_network(x, patients, tr, va, cfg["network"], cfg["training"], seed=seed, device="cpu")
+        assert min(r["loss"] for r in history) < 0.75 * history[0]["loss"], history
+        # verification on held-out patients: scans of one patient score higher than scans of two
+        feats = embed_all(model, x, torch.device("cpu"))
+        aucs.append(roc_auc(score_matrix(model, feats, feats, "pred").numpy()[pairs[:, 0], pairs[:, 1]], same))
+    assert np.median(aucs) >= 0.8, aucs
 
 
 def test_network_files_remember_their_input_space(tmp_path):
@@ -374,6 +375,13 @@ def test_evaluate_space_end_to_end_on_an_easy_cohort():
     assert rec["memorised_fraction"] == pytest.approx(n_flagged / 6)
     assert rec["learned_but_memorised"] >= 3  # the replicas' sources: nearest and flagged
     assert s["sensitivity"]["heldout_patients"]["n_presented"] == 4
+    # every filter's headline numbers, for their spread over seeds; filter 0's are the summary's own
+    f0, f1 = s["per_filter"]
+    assert f0["verification_auc"] == s["verification"]["auc"] and f0["specificity"] == s["specificity"]["specificity"]
+    assert f0["auc_by_head"] == s["verification"]["auc_by_head"]
+    assert f0["sensitivity_heldout"] == s["sensitivity"]["heldout_patients"]["flag_rate_overall"]
+    assert f0["synthetic"]["gen"] == {"flag_rate": s["synthetic"]["gen"]["flag_rate"], "replica_flag_rate": 1.0}
+    assert f1["tau"] == s["tau_per_filter"][1] and 0.0 <= f1["synthetic"]["gen"]["flag_rate"] <= 1.0
 
 
 def test_contrastive_filters_scored_by_correlation_evaluate_end_to_end():

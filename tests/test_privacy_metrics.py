@@ -397,3 +397,29 @@ def test_patient_bootstrap_refuses_bad_input():
         verification_metrics(scores, same, n_bootstrap=10, unit="scan")
     with pytest.raises(ValueError, match="one patient per pair"):
         verification_metrics(scores, same, n_bootstrap=10, unit="patient", pair_patients=(pp[0][:3], pp[1][:3]))
+
+
+def test_the_filters_spread_over_seeds_is_reported_beside_filter_0s_values():
+    per_filter = [
+        {"filter": k, "tau": tau, "verification_auc": auc, "auc_by_head": {"pred": auc, "corr": corr},
+         "specificity": spec, "sensitivity_heldout": sens,
+         "synthetic": {"gen": {"flag_rate": rate, "replica_flag_rate": rep}, "ldm": {"flag_rate": 0.0}}}
+        for k, (tau, auc, corr, spec, sens, rate, rep) in enumerate(
+            [(0.8, 0.90, 0.95, 1.0, 0.5, 0.25, 1.0), (0.7, 0.80, 0.85, 0.9, None, 0.5, 0.5),
+             (0.9, 0.70, 0.75, 0.8, 0.3, 0.0, 0.0)])]
+    ev = _evaluation("image", 4.0) | {"per_filter": per_filter}
+    metrics, _ = summary.gather([ev])
+    spread = metrics["ncct"]["image"]["seed_spread"]
+    assert spread["n_filters"] == 3
+    auc = spread["verification_auc"]
+    assert (auc["mean"], auc["min"], auc["max"], auc["n"]) == (pytest.approx(0.8), 0.7, 0.9, 3)
+    assert auc["sd"] == pytest.approx(0.1)  # sample SD over the seeds
+    assert spread["auc_by_head"]["corr"]["mean"] == pytest.approx(0.85)
+    assert spread["sensitivity_heldout"]["n"] == 2 and spread["sensitivity_heldout"]["mean"] == pytest.approx(0.4)
+    assert spread["synthetic"]["gen"]["replica_flag_rate"]["mean"] == pytest.approx(0.5)
+    assert list(spread["synthetic"]["ldm"]) == ["flag_rate"]  # no truth, no replica rate
+    one = summary.seed_spread(per_filter[:1])
+    assert one["verification_auc"]["sd"] is None and one["verification_auc"]["mean"] == 0.9
+    # an evaluation written before the spread existed has none (its per_filter lacks the numbers)
+    old = _evaluation("image", 4.0) | {"per_filter": [{"filter": 0, "tau": 0.8, "verification_auc": 0.9}]}
+    assert "seed_spread" not in summary.gather([old])[0]["ncct"]["image"]

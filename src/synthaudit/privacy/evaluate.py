@@ -80,8 +80,9 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         taus.append(tau)
         if k == 0:
             first = {"f_real": f_real, "f_syn": f_syn, "r": r, "s": s, "tau": tau, "dec": dec, "model": model}
-        auc = metrics.roc_auc(_pair_scores(model, f_real, pairs, _verification_head(model, head)), same) if can_verify else None
-        per_filter.append({"filter": k, "tau": tau, "verification_auc": auc})
+        per_filter.append({"filter": k, "tau": tau, **_filter_numbers(
+            model, f_real, r, tau, dec, pairs, same if can_verify else None, cal, ids, patients, roles, held,
+            train, syn_sets, syn_ids, truth)})
 
     summary: dict = {"head": head, "percentile": cal["percentile"], "direction": cal["direction"],
                      "n_filters": len(filters), "n_training_scans": len(train), "n_heldout_scans": len(held),
@@ -181,6 +182,39 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
             [i for i, d in enumerate(syn_sets) if d == n])] for n in per_set}},
         "learned": {n: np.isin(train_ids, per_set[n]["learned_training_ids"]) for n in per_set},
     }
+
+
+def _filter_numbers(model, f_real, r, tau, dec, pairs, same, cal, ids, patients, roles, held, train, syn_sets,
+                    syn_ids, truth) -> dict:
+    """One filter's headline numbers, so that the N filters (seeds seed .. seed + N - 1) give
+    each number's spread over seeds: the verification AUC of every head, specificity, the
+    held-out sensitivity, and per synthetic set the flag rate (and the spiked replicas' rate).
+    Filter 0's full evaluation is the rest of :func:`evaluate_space`."""
+    held_patients = [patients[i] for i in held]
+    out: dict = {"verification_auc": None, "auc_by_head": {}}
+    if same is not None:
+        out["verification_auc"] = metrics.roc_auc(_pair_scores(model, f_real, pairs,
+                                                                _verification_head(model, cal["head"])), same)
+        out["auc_by_head"] = {h: metrics.roc_auc(_pair_scores(model, f_real, pairs, h), same)
+                              for h in HEADS if h != "pred" or model.head is not None}
+    ht = r[np.ix_(held, train)]
+    lopo = (filtering.leave_one_patient_out(ht, held_patients, cal["direction"], cal["percentile"])
+            if len(set(held_patients)) >= 2 else None)
+    out["specificity"] = filtering.specificity(ht, held_patients, tau, lopo)["specificity"]
+    out["sensitivity_heldout"] = (filtering.sensitivity(r, ids, patients, roles, "heldout", lopo or tau)
+                                  or {}).get("flag_rate_overall")
+    out["synthetic"] = {}
+    for name in dict.fromkeys(syn_sets):
+        rows = np.array([i for i, d in enumerate(syn_sets) if d == name])
+        entry = {"flag_rate": float(dec["flagged"][rows].mean())}
+        known = (truth or {}).get(name)
+        if known:
+            kinds = [known[syn_ids[i]] for i in rows]
+            honest = filtering.truth_flags(dec["best"][rows], kinds, tau, lopo)
+            entry["replica_flag_rate"] = filtering.near_duplicates(honest, dec["patient"][rows],
+                                                                   kinds)["replica_flag_rate"]
+        out["synthetic"][name] = entry
+    return out
 
 
 def _verification_head(model: SiameseNetwork, head: str) -> str:

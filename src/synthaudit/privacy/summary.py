@@ -53,6 +53,8 @@ def metrics_entry(ev: Mapping) -> dict:
         "seconds_per_epoch": float(np.mean(filters)),
         "synthetic": {},
     }
+    if ev.get("per_filter") and "specificity" in ev["per_filter"][0]:  # evaluations before the spread lack it
+        entry["seed_spread"] = seed_spread(ev["per_filter"])
     for name, s in ev["synthetic"].items():
         c = s["consistency"]
         entry["synthetic"][name] = {
@@ -64,6 +66,31 @@ def metrics_entry(ev: Mapping) -> dict:
             "recall": s["recall"],
         }
     return entry
+
+
+def _spread(values: Sequence) -> dict | None:
+    """Mean, sample SD and range of one number over the filters (None values left out)."""
+    v = np.array([x for x in values if x is not None], dtype=np.float64)
+    if not len(v):
+        return None
+    return {"mean": float(v.mean()), "sd": float(v.std(ddof=1)) if len(v) > 1 else None,
+            "min": float(v.min()), "max": float(v.max()), "n": int(len(v))}
+
+
+def seed_spread(per_filter: Sequence[Mapping]) -> dict:
+    """Each filter's headline numbers summarised over the N filters (seeds seed .. seed + N - 1):
+    the spread a reader needs to tell a change from the noise of one training (filter 0's values
+    are the entry's own; docs/reproducibility.md)."""
+    heads = sorted({h for f in per_filter for h in (f.get("auc_by_head") or {})})
+    sets = list(dict.fromkeys(n for f in per_filter for n in (f.get("synthetic") or {})))
+    out: dict = {"n_filters": len(per_filter)}
+    for key in ("verification_auc", "specificity", "sensitivity_heldout", "tau"):
+        out[key] = _spread([f.get(key) for f in per_filter])
+    out["auc_by_head"] = {h: _spread([_get(f, "auc_by_head", h) for f in per_filter]) for h in heads}
+    out["synthetic"] = {n: {k: _spread([_get(f, "synthetic", n, k) for f in per_filter])
+                            for k in ("flag_rate", "replica_flag_rate")
+                            if any(_get(f, "synthetic", n, k) is not None for f in per_filter)} for n in sets}
+    return out
 
 
 def summary_rows(ev: Mapping, entry: Mapping) -> list[dict]:
