@@ -102,7 +102,9 @@ def _where(args) -> int:
     made_by = data.pop("synthaudit", {})  # the provenance entry; the rest: one entry per dataset
     print(f"\nsynthaudit results (synthaudit {version()}"
           + (f"; metrics written by {made_by['version']}, params SHA-256 {made_by.get('params_sha256', '?')[:16]}"
-             if made_by.get("version") else "") + ")")
+             if made_by.get("version") else "")
+          + (f", {made_by['numerics']} numerics ({made_by.get('isa', '?')}) on {made_by.get('device', '?')}"
+             if made_by.get("numerics") else "") + ")")
     for d in params["datasets"]:
         print(f"  [{d}]")
         rankings = sorted((root / "results/relict" / d).glob("ranking_*.tsv"))

@@ -43,3 +43,17 @@ def resolve_device(device: Any = "auto"):
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but CUDA is not available")
     return dev
+
+
+def describe(device: Any = "auto") -> str:
+    """What the provenance records: ``cpu``, or ``cuda:<index> (<name>)``; CUDA training is
+    not bitwise CPU training (nor one GPU model another's), so a reader needs to know which."""
+    if device_type(device) == "cpu":
+        return "cpu"
+    dev = resolve_device(device)
+    if dev.type == "cuda":
+        import torch
+
+        index = dev.index if dev.index is not None else torch.cuda.current_device()
+        return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
+    return str(dev)

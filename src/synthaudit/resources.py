@@ -72,8 +72,14 @@ def params_hash(params: dict) -> str:
 
 
 def provenance(params: dict | None = None) -> dict:
-    """What every metrics file and the report record: which synthaudit and which parameters."""
+    """What every metrics file and the report record: which synthaudit, which parameters, the
+    numerics mode (portable: the same bits on every x86-64 CPU with AVX2) and the device the
+    jobs' ``device: auto`` resolves to here."""
+    from . import devices, numerics
+
     out = {"version": version()}
     if params is not None:
         out["params_sha256"] = params_hash(params)
+    out.update(numerics.provenance())
+    out["device"] = devices.describe("auto")
     return out
