@@ -1,34 +1,34 @@
 """Numbers that do not depend on the CPU: the same bits on every x86-64 machine with AVX2.
 
 Why: the libraries under synthaudit pick their kernels by the CPU they run on, and other
-kernels round differently. Measured on this project's machines (docs/reproducibility.md):
+kernels round differently. Measured on this project's machines and under qemu's emulated
+Intel Haswell and AMD Milan (docs/reproducibility.md):
 
-* oneDNN (torch's 3D convolutions) picks AVX-512 or AVX2 code and blocks the reduction by
-  the CPU's cache sizes: the same seeded U-Net training gives other weights on an AVX-512
-  host, on an AVX2 host, and on an Intel and an AMD CPU at one ISA;
-* MKL (torch's matrix products) takes other code paths on Intel and AMD CPUs, even with
-  ``MKL_CBWR=AVX2``; only its ``COMPATIBLE`` branch gives one result on both;
-* MKL's vector ``sqrt`` (torch's ``sqrt`` and ``x ** 0.5``, the Adam optimiser's step)
-  is not IEEE-rounded and gives other last bits under an emulated CPU; the IEEE square
-  root (:func:`sqrt`, fused Adam, numpy) gives one answer everywhere;
-* numpy's AVX-512 ``exp``/``log``, its AVX-512 sort (order of ties), OpenBLAS's kernels
-  and numba's code generation follow the host too.
+* MKL (torch's matrix products and vector math) takes other code paths on Intel and AMD
+  CPUs, even with ``MKL_CBWR=AVX2``; only its ``COMPATIBLE`` branch gives one result on both;
+* MKL's vector ``sqrt`` (torch's CPU ``sqrt`` and ``x ** 0.5``, the default Adam step) is not
+  IEEE-rounded and differs under another CPU in every branch; the IEEE square root
+  (:func:`sqrt`, fused Adam, numpy) gives one answer everywhere;
+* oneDNN (torch's 3D convolutions) and ATen run AVX-512 code where the CPU has it;
+* numpy's AVX-512 ``exp``/``log`` and sort (the order of ties), OpenBLAS's kernels and numba's
+  code generation follow the host; numba's fast-math turns float32 ``a / b`` into the CPU's
+  ``rcpps`` estimate, which Intel, AMD and an emulator round differently.
 
 Every trained estimate (U-Net labels, privacy filters, CVAE, the latent diffusion model)
 and the cohort itself moved with them: a baseline made on one machine failed
 ``check_baseline`` on another in 170 values. In the **portable** mode (the default) every
 library runs at one fixed level, chosen so that a CPU with AVX2 and FMA (every x86-64
-server since 2013) runs it: the environment variables below, set in this process (and so
-inherited by every Snakemake job, local, SLURM or conda) and oneDNN switched off for CPU
-tensors when torch is imported. ``SYNTHAUDIT_NUMERICS=native`` lifts all of it for speed;
-the metrics then record ``native`` and the host's ISA, so a reader knows the bits are the
-host's own. Thread counts stay each rule's ``threads`` (a reduction split over other
-thread counts rounds differently): the profiles fix them.
+server since 2013) runs it: the environment variables below, set in this process when
+synthaudit is imported (and so inherited by every Snakemake job, local, SLURM or conda), and
+the IEEE operations above where the library's own are not. With them, oneDNN at AVX2 gave
+the same bits on the host and under both emulated CPUs, whose caches differ (L2 1 MB,
+4 MB, 512 kB). ``SYNTHAUDIT_NUMERICS=native`` lifts the variables for speed; the metrics then
+record ``native`` and the host's ISA. Thread counts stay each rule's ``threads`` (a reduction
+split over other thread counts rounds differently): the profiles fix them.
 
-The same-results claim is tested by emulating other CPUs (tests/test_numerics.py): the
-trained stages at this level of the library give identical bytes with the host's ISA
-capped by environment and under ``qemu-x86_64 -cpu Haswell`` (an Intel AVX2 CPU with
-other caches) as on the host.
+The claim is tested (tests/test_numerics.py) by fingerprinting every kind of computation
+(synthaudit.numerics_probe) with the host's dispatch capped lower, under ``qemu-x86_64 -cpu
+Haswell-v4``, and against the fingerprints committed with the baseline.
 """
 
 from __future__ import annotations
@@ -47,8 +47,7 @@ PORTABLE_ISA = "avx2"
 PORTABLE_ENV = {
     # ATen's own vectorised kernels (elementwise ops, reductions, fused Adam): AVX2 code
     "ATEN_CPU_CAPABILITY": "avx2",
-    # oneDNN is switched off for CPU tensors (configure_torch); capped too, for anything that
-    # turns it on again
+    # oneDNN (3D convolutions): AVX2 kernels
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     # MKL (torch's BLAS, FFT, vector math): the one branch MKL documents as giving the same
     # results on Intel and AMD CPUs
@@ -172,49 +171,7 @@ def pin(environ=None) -> dict:
                 # a library imported before its variables were set may not follow them (numpy
                 # reads its own at import); a Snakemake job inherits them, so it is never late
                 _STATE.late = () if inherited else tuple(name for name in _LIBRARIES if name in sys.modules)
-                _install_torch_hook()
     return provenance()
-
-
-def configure_torch(torch) -> None:
-    """The portable level's torch switch: oneDNN off for CPU tensors (its convolutions block
-    their sums by the CPU's caches). ATen then runs its own convolutions on MKL's
-    COMPATIBLE matrix products. CUDA is untouched."""
-    if _STATE.mode == "portable" and _STATE.unavailable is None:
-        torch.backends.mkldnn.enabled = False
-
-
-def _install_torch_hook() -> None:
-    """Run :func:`configure_torch` on torch: now if it is imported, else as soon as it is."""
-    if "torch" in sys.modules and hasattr(sys.modules["torch"], "backends"):
-        configure_torch(sys.modules["torch"])
-        return
-    if not any(isinstance(f, _TorchImportHook) for f in sys.meta_path):
-        sys.meta_path.insert(0, _TorchImportHook())
-
-
-class _TorchImportHook:
-    """A meta-path finder that wraps torch's loader so that :func:`configure_torch` runs
-    right after ``import torch``, whoever imports it first (a script, MONAI, a test)."""
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != "torch":
-            return None
-        import importlib.machinery
-
-        sys.meta_path.remove(self)  # find the real spec, once
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
-        if spec is None or spec.loader is None:
-            return spec
-        loader = spec.loader
-        exec_module = loader.exec_module
-
-        def exec_and_configure(module):
-            exec_module(module)
-            configure_torch(module)
-
-        loader.exec_module = exec_and_configure
-        return spec
 
 
 def provenance() -> dict:
@@ -232,7 +189,7 @@ def describe() -> str:
     """One line for the logs."""
     p = provenance()
     if p["numerics"] == "portable":
-        text = ("portable numerics (the same bits on any x86-64 CPU with AVX2: ATen AVX2, oneDNN off, "
+        text = ("portable numerics (the same bits on any x86-64 CPU with AVX2: ATen and oneDNN AVX2, "
                 "MKL COMPATIBLE, OpenBLAS Haswell, numba haswell, numpy without AVX-512)")
         if _STATE.late:
             text += f"; imported before synthaudit, so perhaps not pinned in this process: {', '.join(_STATE.late)}"
