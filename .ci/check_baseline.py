@@ -1,14 +1,14 @@
 """Is the committed baseline what this commit's demo produces? (run after `make demo`; .ci/run)
 
 Why: `dvc metrics diff` against a stale baseline shows every reviewer differences their change
-did not cause. The demo is deterministic on one machine; across machines the last digits of
-floating-point results can move, so numbers are compared with a small relative tolerance and
-every difference beyond it is named (file, key or row and column, both values). Also checked:
-no other tracked file changed, no metrics file is missing from Git, and the committed dvc.lock
-was written for this commit's code and params (`dvc status`: outputs are not compared there,
-the report and figures carry dates and fonts).
+did not cause. With portable numerics (synthaudit.numerics, the default) the demo gives the
+same bits on every x86-64 CPU with AVX2, so numbers are compared exactly (``--rtol`` loosens
+that for a native run) and every difference is named (file, key or row and column, both
+values). Also checked: no other tracked file changed, no metrics file is missing from Git, the
+committed dvc.lock was written for this commit's code and params, and every DVC output is the
+bytes dvc.lock records (`dvc status`; times and the report are outside the hashed outputs).
 
-Usage: python .ci/check_baseline.py [--rtol 1e-4] [--ref HEAD]
+Usage: python .ci/check_baseline.py [--rtol 0] [--ref HEAD]
 """
 
 from __future__ import annotations
@@ -121,12 +121,18 @@ def compare_lock() -> list[str]:
                         problems += [f"dvc.lock: stage {stage}: {dep} {key} {h}" for key, h in how.items()]
                     elif not dep.startswith("results/"):
                         problems.append(f"dvc.lock: stage {stage}: {dep} {how}")
+            # every output the same bytes as the committed lock records (portable numerics; times are in
+            # .dvcignore): a changed output is a result that moved, or something that is not deterministic
+            for out, how in (change.get("changed outs") or {}).items():
+                problems.append(f"dvc.lock: stage {stage}: output {out} {how} (not the bytes the baseline recorded)")
     return problems
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance per number (default %(default)s)")
+    ap.add_argument("--rtol", type=float, default=0.0,
+                    help="relative tolerance per number (default %(default)s: portable numerics give the same bits on "
+                         "every x86-64 CPU with AVX2; docs/reproducibility.md)")
     ap.add_argument("--ref", default="HEAD", help="the commit holding the baseline (default %(default)s)")
     ap.add_argument("--no-lock", action="store_true", help="skip the dvc.lock check")
     args = ap.parse_args(argv)

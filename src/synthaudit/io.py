@@ -145,6 +145,16 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
+def save_torch(obj, path: str | os.PathLike) -> None:
+    """``torch.save`` atomically, the same bytes for the same object: torch names the archive
+    inside the file after the file it writes, which for an atomic write is a random temporary
+    name; written through a file object it is always ``archive`` (``dvc status``)."""
+    import torch
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
+
+
 def write_json(path: str | os.PathLike, obj) -> None:
     """Write JSON atomically; NaN and infinities become null (strict JSON, readable by DVC)."""
     write_text(path, json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False) + "\n")
@@ -152,8 +162,15 @@ def write_json(path: str | os.PathLike, obj) -> None:
 
 # Timings change on every run: in a tracked metrics file they would make `dvc metrics diff`
 # show changes a commit did not cause. They stay in the stages' tables and runtime files.
-TIMING_KEYS = frozenset({"seconds_per_epoch", "epoch_time_ratio_image_to_latent", "seconds_per_volume",
+TIMING_KEYS = frozenset({"seconds", "seconds_per_epoch", "epoch_time_ratio_image_to_latent", "seconds_per_volume",
                          "autoencoder_train_seconds", "diffusion_train_seconds", "sample_seconds"})
+
+
+def without_timings(rows: list[dict]) -> list[dict]:
+    """Rows (a training history, a table) without TIMING_KEYS: what a tracked output may hold,
+    so that it is the same bytes on every run (``dvc status``); the times go to the logs, the
+    benchmark files and the ``*.timing.*`` / ``runtime.*`` files that .dvcignore leaves out."""
+    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in rows]
 PROVENANCE_KEY = "synthaudit"
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from .io import atomic_path
+from .io import save_torch
 
 
 def _set_deterministic(mode: bool, warn_only: bool) -> None:
@@ -43,9 +43,8 @@ def deterministic(device: torch.device, seed: int):
 
 def save_checkpoint(path: str | Path, model, optimiser, history: list[dict], config: dict) -> None:
     """Model, optimiser, history and configuration after an epoch, written atomically."""
-    with atomic_path(path) as tmp:
-        torch.save({"model": model.state_dict(), "optimizer": optimiser.state_dict(), "epoch": len(history),
-                    "history": history, "config": config}, tmp)
+    save_torch({"model": model.state_dict(), "optimizer": optimiser.state_dict(), "epoch": len(history),
+                "history": history, "config": config}, path)
 
 
 class EarlyStopping:

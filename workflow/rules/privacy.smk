@@ -95,8 +95,11 @@ rule privacy_evaluate:
         synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
         filters=expand("results/privacy/{{dataset}}/{{space}}/models/{model}.pt", model=PRIVACY_FILTERS),
         retrieval="results/privacy/{dataset}/{space}/models/retrieval.pt",
+        # the per-epoch times (not in the model files, which must be the same bytes on every run)
+        histories=expand("results/privacy/{{dataset}}/{{space}}/models/{model}_history.tsv", model=PRIVACY_FILTERS),
     output:
         summary="results/privacy/{dataset}/{space}/evaluation.json",
+        timing="results/privacy/{dataset}/{space}/evaluation.timing.json",
         decisions="results/privacy/{dataset}/{space}/decisions.tsv",
         figures=report(
             directory("results/privacy/{dataset}/{space}/figures"),
@@ -124,7 +127,8 @@ rule privacy_evaluate:
 
 rule privacy_metrics:
     input:
-        [f"results/privacy/{o}/{s}/evaluation.json" for o, s in PRIVACY_RUNS],
+        evaluations=[f"results/privacy/{o}/{s}/evaluation.json" for o, s in PRIVACY_RUNS],
+        timings=[f"results/privacy/{o}/{s}/evaluation.timing.json" for o, s in PRIVACY_RUNS],
     output:
         metrics="results/metrics/privacy.json",
         runtime="results/privacy/runtime.json",

@@ -68,6 +68,7 @@ rule generator_sweep:
         autoencoder=[f"benchmarks/ldm_train_autoencoder/{SWEEP['dataset']}.tsv"] if SWEEP_POINTS else [],
     output:
         table="results/tables/generator_sweep.tsv",
+        timing="results/tables/generator_sweep.timing.tsv",  # the times: apart, the table is the same bytes every run
         metrics="results/metrics/generator_sweep.json",
         figure=report(
             "results/figures/generator_sweep.png",

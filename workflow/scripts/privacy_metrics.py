@@ -6,17 +6,20 @@ the image- and latent-space filters side by side (synthaudit.privacy.summary).""
 import json
 from pathlib import Path
 
-from synthaudit.io import write_json, write_metrics, write_tsv
+from synthaudit.io import without_timings, write_json, write_metrics, write_tsv
 from synthaudit.logs import logged
 from synthaudit.privacy import figures, summary
 
 with logged(snakemake.log[0]) as log:
-    evaluations = [json.loads(Path(p).read_text()) for p in snakemake.input]
+    # each evaluation with its times (evaluation.timing.json: kept apart so that evaluation.json is the
+    # same bytes on every run)
+    evaluations = [json.loads(Path(p).read_text()) | json.loads(Path(t).read_text())
+                   for p, t in zip(snakemake.input.evaluations, snakemake.input.timings)]
     metrics, rows = summary.gather(evaluations)
-    # seconds per epoch and the image/latent ratio: results/privacy/runtime.json (and the table), not the
-    # tracked metrics, where they would change on every run
+    # seconds per epoch and the image/latent ratio: results/privacy/runtime.json, not the tracked metrics
+    # nor the table, where they would change on every run
     write_json(snakemake.output.runtime, write_metrics(snakemake.output.metrics, metrics, snakemake.config.get("_provenance")))
-    write_tsv(snakemake.output.table, rows, summary.SUMMARY_COLUMNS)  # the header even without filters
+    write_tsv(snakemake.output.table, without_timings(rows), summary.SUMMARY_COLUMNS)  # the header even without filters
 
     by_owner = summary.by_training_set(evaluations)
     for owner, roc_path, cons_path in zip(snakemake.params.owners, snakemake.output.roc, snakemake.output.consistency):

@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from .. import numerics
-from ..io import atomic_path
+from ..io import save_torch
 from ..training import EarlyStopping
 
 
@@ -158,8 +158,7 @@ def save_decoder(path: str | os.PathLike, decoder: Decoder, meta: Mapping) -> No
                "config": {"n_features": decoder.n_features, "n_classes": decoder.n_classes,
                           "hidden": decoder.hidden, "latent": decoder.latent},
                "meta": dict(meta)}
-    with atomic_path(path, suffix=".pt") as tmp:
-        torch.save(payload, tmp)
+    save_torch(payload, path)
 
 
 def load_decoder(path: str | os.PathLike) -> tuple[Decoder, dict]:

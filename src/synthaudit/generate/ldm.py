@@ -56,7 +56,7 @@ from monai.networks.schedulers import DDIMScheduler, DDPMScheduler
 
 from .. import numerics
 from ..devices import resolve_device
-from ..io import atomic_path
+from ..io import save_torch
 from ..training import deterministic, save_checkpoint
 
 _LOG = logging.getLogger(__name__)
@@ -564,8 +564,7 @@ def save_model(path: str | os.PathLike, model: torch.nn.Module, config: Mapping)
         expected = {k: tuple(v.shape) for k, v in _build(plain).state_dict().items()}
     if expected != {k: tuple(v.shape) for k, v in state.items()}:
         raise ValueError(f"the config does not describe the {kind} model's architecture (channels, levels, ...)")
-    with atomic_path(path) as tmp:
-        torch.save({"state_dict": state, "config": plain}, tmp)
+    save_torch({"state_dict": state, "config": plain}, path)
 
 
 def load_autoencoder(path: str | os.PathLike) -> tuple[LatentAutoencoder, dict]:

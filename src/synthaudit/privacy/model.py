@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..io import atomic_path
+from ..io import save_torch, without_timings
 
 # the pairwise distance of every pair in turn, with the IEEE square root: the matrix-product form
 # (torch's default beyond 25 rows) takes the root through MKL's vector math (synthaudit.numerics)
@@ -129,10 +129,11 @@ def embed_all(model: SiameseNetwork, x, device: torch.device, batch: int = 8) ->
 
 
 def save_network(path: str | os.PathLike, model: SiameseNetwork, history: list[dict], meta: Mapping) -> None:
-    """Weights, architecture and what the network was trained on (the input space), atomically."""
-    with atomic_path(path) as tmp:
-        torch.save({"state_dict": model.state_dict(), "config": model.config, "history": history,
-                    "meta": dict(meta)}, tmp)
+    """Weights, architecture and what the network was trained on (the input space), atomically;
+    the history without its per-epoch times (the file is the same bytes on every run; the
+    times are in the history table beside it)."""
+    save_torch({"state_dict": model.state_dict(), "config": model.config, "history": without_timings(history),
+                "meta": dict(meta)}, path)
 
 
 def load_network(path: str | os.PathLike, space: Mapping | None = None) -> tuple[SiameseNetwork, dict]:

@@ -15,7 +15,7 @@ import numpy as np
 SUMMARY_COLUMNS = ["training_set", "space", "synthetic", "n", "flagged", "flag_rate", "tau", "verification_auc",
                    "specificity", "sensitivity_overall", "sensitivity_same_patient_max",
                    "sensitivity_same_patient_mean", "replica_flag_rate", "nonreplica_flag_rate", "unanimous_fraction",
-                   "attribution_unanimous_fraction", "learned_fraction", "recall", "seconds_per_epoch"]
+                   "attribution_unanimous_fraction", "learned_fraction", "recall"]  # times: runtime.json
 # what the log line quotes per training set and space
 HEADLINE_KEYS = ("verification_auc", "specificity", "seconds_per_epoch")
 
@@ -111,7 +111,6 @@ def summary_rows(ev: Mapping, entry: Mapping) -> list[dict]:
             "unanimous_fraction": c["unanimous_fraction"],
             "attribution_unanimous_fraction": c["attribution_unanimous_fraction"],
             "learned_fraction": s["recall"]["learned_fraction"], "recall": s["recall"]["recall"],
-            "seconds_per_epoch": entry["seconds_per_epoch"],
         })
     return rows
 

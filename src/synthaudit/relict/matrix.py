@@ -6,9 +6,11 @@ id checks; a reader that trusts a stale matrix (ids of another plan) ranks the w
 volumes silently, so every reader goes through :func:`load`, which refuses that.
 
 Keys: ``values`` (raw measure, S x T), ``distances`` (small = alike, RELICT 2.4),
-``measure``, ``synthetic_ids``, ``training_ids``, ``seconds`` (compute time), then the
-extras of the engine that wrote it (``data_range``, ``extractor``, ``transform``,
-``plain``, ``shards``). Written uncompressed with ``np.savez``.
+``measure``, ``synthetic_ids``, ``training_ids``, then the extras of the engine that wrote
+it (``data_range``, ``extractor``, ``transform``, ``plain``, ``shards``). Written
+uncompressed with ``np.savez``. The compute time (``seconds``) is kept in memory for the
+logs but not written: a matrix must be the same bytes on every run (``dvc status``), and
+the job's time is in its benchmark file (benchmarks/, RELICT's runtime table).
 """
 
 from __future__ import annotations
@@ -22,7 +24,8 @@ import numpy as np
 from .. import registry
 from ..io import atomic_path
 
-KEYS = ("values", "distances", "measure", "synthetic_ids", "training_ids", "seconds")
+KEYS = ("values", "distances", "measure", "synthetic_ids", "training_ids")
+_OLD_KEYS = ("seconds",)  # written by earlier versions: read and dropped
 
 
 @dataclass(eq=False)
@@ -55,7 +58,7 @@ class MeasureMatrix:
             if got != shape:
                 raise ValueError(f"{self.measure}: {name} has shape {got}, but there are "
                                  f"{shape[0]} synthetic x {shape[1]} training ids")
-        clash = sorted(set(self.extras) & set(KEYS))
+        clash = sorted(set(self.extras) & set(KEYS + _OLD_KEYS))
         if clash:
             raise ValueError(f"{self.measure}: extras {clash} would overwrite the matrix's own keys")
 
@@ -68,7 +71,7 @@ class MeasureMatrix:
         with atomic_path(path) as tmp:
             np.savez(tmp, values=self.values, distances=self.distances, measure=self.measure,
                      synthetic_ids=np.array(self.synthetic_ids), training_ids=np.array(self.training_ids),
-                     seconds=self.seconds, **self.extras)
+                     **self.extras)
 
 
 def load(path: str | os.PathLike, synthetic_ids: Sequence[str] | None = None,
@@ -87,11 +90,11 @@ def load(path: str | os.PathLike, synthetic_ids: Sequence[str] | None = None,
         if missing:
             raise ValueError(f"{path}: not a measure matrix, missing key(s) {missing}")
         stored = {k: data[k] for k in data.files}
-    extras = {k: v for k, v in stored.items() if k not in KEYS}
+    extras = {k: v for k, v in stored.items() if k not in KEYS + _OLD_KEYS}
     try:
         m = MeasureMatrix(values=stored["values"], measure=str(stored["measure"]),
                           synthetic_ids=stored["synthetic_ids"].tolist(), training_ids=stored["training_ids"].tolist(),
-                          seconds=float(stored["seconds"]), extras=extras, distances=stored["distances"],
+                          seconds=float(stored.get("seconds", 0.0)), extras=extras, distances=stored["distances"],
                           path=str(path))
     except ValueError as e:
         raise ValueError(f"{path}: {e}; rerun the job that wrote it") from None

@@ -42,7 +42,7 @@ from monai.networks.nets import UNet
 
 from .. import numerics
 from ..devices import resolve_device
-from ..io import atomic_path
+from ..io import save_torch
 from ..training import deterministic, save_checkpoint
 
 _MAX_CLASSES = 255  # predictions are uint8 label maps
@@ -191,8 +191,7 @@ def save_model(path: str | os.PathLike, model: torch.nn.Module, config: dict) ->
     except (TypeError, ValueError) as e:
         raise ValueError(f"model config must hold plain JSON types only: {e}") from e
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    with atomic_path(path) as tmp:
-        torch.save({"state_dict": state, "config": plain}, tmp)
+    save_torch({"state_dict": state, "config": plain}, path)
 
 
 def load_model(path: str | os.PathLike) -> tuple[UNet, dict]:
