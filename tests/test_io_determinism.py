@@ -6,7 +6,8 @@ from pathlib import Path
 
 import torch
 
-from synthaudit.io import TIMING_KEYS, save_torch, without_timings
+from synthaudit.io import TIMING_KEYS, without_timings
+from synthaudit.training import save_torch
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -57,3 +57,17 @@ def describe(device: Any = "auto") -> str:
         index = dev.index if dev.index is not None else torch.cuda.current_device()
         return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
     return str(dev)
+
+
+def describe_here() -> str:
+    """:func:`describe` for the provenance, in the process that runs Snakemake: that process
+    may have no torch (with ``--use-conda`` the jobs bring their own), so on a machine with a
+    GPU and no torch it says so instead of importing it. On SLURM this is the submitting
+    host's device; each training job's own device is in its log."""
+    import importlib.util
+
+    if device_type("auto") == "cpu" and "torch" not in sys.modules:
+        return "cpu"
+    if "torch" not in sys.modules and importlib.util.find_spec("torch") is None:
+        return "GPU present; torch not installed where Snakemake runs"
+    return describe("auto")

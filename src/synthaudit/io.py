@@ -145,16 +145,6 @@ def write_text(path: str | os.PathLike, text: str) -> None:
         tmp.write_text(text)
 
 
-def save_torch(obj, path: str | os.PathLike) -> None:
-    """``torch.save`` atomically, the same bytes for the same object: torch names the archive
-    inside the file after the file it writes, which for an atomic write is a random temporary
-    name; written through a file object it is always ``archive`` (``dvc status``)."""
-    import torch
-
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        torch.save(obj, f)
-
-
 def write_json(path: str | os.PathLike, obj) -> None:
     """Write JSON atomically; NaN and infinities become null (strict JSON, readable by DVC)."""
     write_text(path, json.dumps(_finite(obj), indent=2, default=_json_default, allow_nan=False) + "\n")

@@ -71,15 +71,17 @@ def params_hash(params: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def provenance(params: dict | None = None) -> dict:
+def provenance(params: dict | None = None, device: str | None = None) -> dict:
     """What every metrics file and the report record: which synthaudit, which parameters, the
-    numerics mode (portable: the same bits on every x86-64 CPU with AVX2) and the device the
-    jobs' ``device: auto`` resolves to here."""
-    from . import devices, numerics
+    numerics mode (portable: the same bits on every x86-64 CPU with AVX2) and, where the caller
+    knows it (``devices.describe_here``: the workflow's Snakefile), the device the jobs'
+    ``device: auto`` resolves to. Torch-free, so every job's environment can import it."""
+    from . import numerics
 
     out = {"version": version()}
     if params is not None:
         out["params_sha256"] = params_hash(params)
     out.update(numerics.provenance())
-    out["device"] = devices.describe("auto")
+    if device is not None:
+        out["device"] = device
     return out

@@ -4,12 +4,21 @@ state around a training run, and the atomically written per-epoch checkpoint."""
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 from pathlib import Path
 
 import torch
 
-from .io import save_torch
+from .io import atomic_path
+
+
+def save_torch(obj, path: str | os.PathLike) -> None:
+    """``torch.save`` atomically, the same bytes for the same object: torch names the archive
+    inside the file after the file it writes, which for an atomic write is a random temporary
+    name; written through a file object it is always ``archive`` (``dvc status``)."""
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        torch.save(obj, f)
 
 
 def _set_deterministic(mode: bool, warn_only: bool) -> None:

@@ -22,9 +22,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import numerics
-from ..io import save_torch
-from ..training import EarlyStopping
+from .. import numerics_torch
+from ..training import EarlyStopping, save_torch
 
 
 class CVAE(nn.Module):
@@ -88,7 +87,7 @@ def train_cvae(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarra
         model = CVAE(x.shape[1], n_classes, int(cfg["hidden"]), int(cfg["latent"])).to(dev)
         xt, yt = torch.as_tensor(x, dtype=torch.float32, device=dev), torch.as_tensor(y, device=dev)
         xv, yv = torch.as_tensor(x_val, dtype=torch.float32, device=dev), torch.as_tensor(y_val, device=dev)
-        opt = numerics.adam(model.parameters(), lr=float(cfg["learning_rate"]))
+        opt = numerics_torch.adam(model.parameters(), lr=float(cfg["learning_rate"]))
         batch, beta = int(cfg["batch_size"]), float(cfg["beta"])
         reconstruction = str(cfg.get("reconstruction", "sum"))
         stopper, history = EarlyStopping(model, cfg["patience"]), []

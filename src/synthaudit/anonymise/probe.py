@@ -17,13 +17,13 @@ import torch
 from sklearn.metrics import roc_auc_score
 from torch import nn
 
-from .. import numerics
+from .. import numerics_torch
 from ..training import EarlyStopping
 
 
 def _fit(model: nn.Linear, batches: Callable[[int], list[tuple[torch.Tensor, torch.Tensor]]],
          x_val: torch.Tensor, y_val: torch.Tensor, cfg: Mapping) -> dict:
-    opt = numerics.adam(model.parameters(), lr=float(cfg["learning_rate"]))
+    opt = numerics_torch.adam(model.parameters(), lr=float(cfg["learning_rate"]))
     loss_fn = nn.CrossEntropyLoss()
     stopper, epochs = EarlyStopping(model, cfg["patience"]), 0
     for epoch in range(int(cfg["max_epochs"])):

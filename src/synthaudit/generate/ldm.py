@@ -54,10 +54,9 @@ import torch.nn.functional as F
 from monai.networks.nets import AutoencoderKL, DiffusionModelUNet
 from monai.networks.schedulers import DDIMScheduler, DDPMScheduler
 
-from .. import numerics
+from .. import numerics_torch
 from ..devices import resolve_device
-from ..io import save_torch
-from ..training import deterministic, save_checkpoint
+from ..training import deterministic, save_checkpoint, save_torch
 
 _LOG = logging.getLogger(__name__)
 
@@ -178,8 +177,8 @@ class _DDPM(DDPMScheduler):
         alphas = self.alphas_cumprod.to(device=original_samples.device, dtype=original_samples.dtype)[
             timesteps.to(original_samples.device)]
         shape = (-1,) + (1,) * (original_samples.ndim - 1)
-        return (numerics.sqrt(alphas).reshape(shape) * original_samples
-                + numerics.sqrt(1 - alphas).reshape(shape) * noise)
+        return (numerics_torch.sqrt(alphas).reshape(shape) * original_samples
+                + numerics_torch.sqrt(1 - alphas).reshape(shape) * noise)
 
 
 class _DDIM(DDIMScheduler):
@@ -193,8 +192,8 @@ class _DDIM(DDIMScheduler):
         previous = timestep - self.num_train_timesteps // self.num_inference_steps
         alpha = self.alphas_cumprod[timestep]
         alpha_previous = self.alphas_cumprod[previous] if previous >= 0 else self.final_alpha_cumprod
-        original = (sample - numerics.sqrt(1 - alpha) * model_output) / numerics.sqrt(alpha)
-        return numerics.sqrt(alpha_previous) * original + numerics.sqrt(1 - alpha_previous) * model_output, original
+        original = (sample - numerics_torch.sqrt(1 - alpha) * model_output) / numerics_torch.sqrt(alpha)
+        return numerics_torch.sqrt(alpha_previous) * original + numerics_torch.sqrt(1 - alpha_previous) * model_output, original
 
 
 # --------------------------------------------------------------------------- training
@@ -398,7 +397,7 @@ def train_diffusion(
 
 def _fit(model, run_config, c, *, seed, checkpoint, resume, device, progress, run_epoch) -> list[dict]:
     """The epoch loop shared by both stages: resume, per-epoch seeding, checkpoints, progress."""
-    optimiser = numerics.adam(model.parameters(), lr=c["learning_rate"])
+    optimiser = numerics_torch.adam(model.parameters(), lr=c["learning_rate"])
     epochs = c["epochs"]
     path = Path(checkpoint) if checkpoint is not None else None
     history: list[dict] = []

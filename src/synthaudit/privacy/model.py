@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from ..io import save_torch, without_timings
+from ..io import without_timings
+from ..training import save_torch
 
 # the pairwise distance of every pair in turn, with the IEEE square root: the matrix-product form
 # (torch's default beyond 25 rows) takes the root through MKL's vector math (synthaudit.numerics)

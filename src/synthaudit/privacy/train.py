@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import numerics
+from .. import numerics_torch
 from ..devices import resolve_device
 from ..training import deterministic
 from .data import PrivacyDataError, negative_pairs, positive_pairs
@@ -56,7 +56,7 @@ def pair_loss(model: SiameseNetwork, features: torch.Tensor, pairs: torch.Tensor
     if model.head is not None:
         weight = torch.where(same > 0, torch.full_like(same, positive_weight), torch.ones_like(same))
         return F.binary_cross_entropy_with_logits(model.pair_logits(fa, fb), same, weight=weight)
-    d = numerics.sqrt(((fa - fb) ** 2).sum(1) + 1e-12)
+    d = numerics_torch.sqrt(((fa - fb) ** 2).sum(1) + 1e-12)
     return (same * d**2 + (1 - same) * torch.clamp(margin - d, min=0) ** 2).mean() / 2
 
 
@@ -101,7 +101,7 @@ def train_network(
     history: list[dict] = []
     with deterministic(dev, seed):
         model = SiameseNetwork(config).to(dev)
-        optimiser = numerics.adam(model.parameters(), lr=float(training["learning_rate"]))
+        optimiser = numerics_torch.adam(model.parameters(), lr=float(training["learning_rate"]))
         best, best_loss, best_epoch, since_best = copy.deepcopy(model.state_dict()), float("inf"), 0, 0
         for epoch in range(1, epochs + 1):
             start = time.perf_counter()

@@ -59,7 +59,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from .. import numerics, registry
+from .. import numerics_torch, registry
 from ..devices import device_type, resolve_device
 from . import kernels
 
@@ -328,7 +328,7 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
                     if "mae" in column:
                         column["mae"][batch] = abs_sum / n_voxels
                     if "rmse" in column:
-                        column["rmse"][batch] = numerics.sqrt(sq_sum / n_voxels)
+                        column["rmse"][batch] = numerics_torch.sqrt(sq_sum / n_voxels)
                 if ssim:
                     column["ssim"][batch] = ssim.mean(syn_moments[batch], target_moments, rows, workspace)
             for m in wanted:

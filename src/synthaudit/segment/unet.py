@@ -40,10 +40,9 @@ from monai.inferers import sliding_window_inference
 from monai.losses import DiceCELoss
 from monai.networks.nets import UNet
 
-from .. import numerics
+from .. import numerics_torch
 from ..devices import resolve_device
-from ..io import save_torch
-from ..training import deterministic, save_checkpoint
+from ..training import deterministic, save_checkpoint, save_torch
 
 _MAX_CLASSES = 255  # predictions are uint8 label maps
 
@@ -113,7 +112,7 @@ def train_unet(
     with deterministic(dev, seed):
         model = _build_unet(n_classes, channels)
         model.to(dev)
-        optimiser = numerics.adam(model.parameters(), lr=learning_rate)
+        optimiser = numerics_torch.adam(model.parameters(), lr=learning_rate)
         history: list[dict] = []
         checkpoint = Path(checkpoint_path) if checkpoint_path is not None else None
         if checkpoint is not None and resume and checkpoint.exists():
