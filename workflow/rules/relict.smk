@@ -393,6 +393,8 @@ rule relict_texture:
     threads: 1
     resources:
         mem_mb=3000,
+    params:
+        percentiles=config["relict"]["calibration"].get("texture_range_percentiles"),  # None: the module default
     script:
         "../scripts/relict_texture.py"
 

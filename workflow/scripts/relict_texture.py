@@ -3,7 +3,7 @@
 
 from synthaudit.io import load_volume, write_json, write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict.texture import blur_curve, compare_sets, texture_line, volume_texture
+from synthaudit.relict.texture import RANGE_PERCENTILES, blur_curve, compare_sets, texture_line, volume_texture
 
 with logged(snakemake.log[0]) as log:
     rows, held_volumes = [], []
@@ -17,7 +17,7 @@ with logged(snakemake.log[0]) as log:
              len(held_volumes), len(rows) - len(held_volumes))
     curve = blur_curve(held_volumes)
     summary = compare_sets([r for r in rows if r["role"] == "synthetic"], [r for r in rows if r["role"] == "heldout"],
-                           curve)
+                           curve, percentiles=snakemake.params.percentiles or RANGE_PERCENTILES)
     write_tsv(snakemake.output.table, rows, ["id", "role", "noise_sd", "sharpness", "n_voxels"])
     write_json(snakemake.output.summary, summary)
     for line in texture_line(summary):

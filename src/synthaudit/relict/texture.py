@@ -20,7 +20,7 @@ And per set: where the synthetic volumes' median sharpness falls on the curve of
 scans blurred by a Gaussian of sigma 0 ... 3 voxels: the **effective blur** of the samples
 against the scans, estimated from the samples (never from how they were made). The set
 differs from the held-out scans when its median noise or sharpness lies outside the held-out
-scans' own 5-95 % range.
+scans' own range (``relict.calibration.texture_range_percentiles``, 5-95 %).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import numpy as np
 from scipy import ndimage
 
 BLUR_SIGMAS_VOX = (0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 2.0, 3.0)
-RANGE_PERCENTILES = (5.0, 95.0)
+RANGE_PERCENTILES = (5.0, 95.0)  # params.yaml relict.calibration.texture_range_percentiles
 
 
 # the part of a volume's intensity range left out at each end (as a fraction of the range)
@@ -96,24 +96,26 @@ def effective_blur(sharpness: float, sigmas, curve) -> float | None:
     return float(np.interp(sharpness, c[::-1], s[::-1]))
 
 
-def _summary(rows: list[dict], key: str) -> dict | None:
+def _summary(rows: list[dict], key: str, percentiles=RANGE_PERCENTILES) -> dict | None:
     values = np.array([r[key] for r in rows if r.get(key) is not None], dtype=np.float64)
     if values.size == 0:
         return None
-    lo, hi = np.percentile(values, RANGE_PERCENTILES)
-    return {"median": float(np.median(values)), "p5": float(lo), "p95": float(hi), "n": int(values.size)}
+    lo, hi = np.percentile(values, percentiles)
+    return {"median": float(np.median(values)), "low": float(lo), "high": float(hi), "n": int(values.size)}
 
 
 def compare_sets(synthetic: list[dict], heldout: list[dict], curve: list[float | None],
-                 sigmas=BLUR_SIGMAS_VOX) -> dict:
-    """The set's texture against the held-out scans': medians, the held-out 5-95 % ranges, the
-    effective blur, and which of noise and sharpness lie outside the held-out range."""
+                 sigmas=BLUR_SIGMAS_VOX, percentiles=RANGE_PERCENTILES) -> dict:
+    """The set's texture against the held-out scans': medians, the held-out ranges (``percentiles``,
+    relict.calibration.texture_range_percentiles), the effective blur, and which of noise and
+    sharpness lie outside the held-out range."""
     out = {"synthetic": {k: _summary(synthetic, k) for k in ("noise_sd", "sharpness")},
-           "heldout": {k: _summary(heldout, k) for k in ("noise_sd", "sharpness")},
+           "heldout": {k: _summary(heldout, k, percentiles) for k in ("noise_sd", "sharpness")},
+           "range_percentiles": list(percentiles),
            "blur_sigmas_vox": list(sigmas), "heldout_blur_curve": curve, "differs": []}
     syn, held = out["synthetic"], out["heldout"]
     for key in ("noise_sd", "sharpness"):
-        if syn[key] and held[key] and not held[key]["p5"] <= syn[key]["median"] <= held[key]["p95"]:
+        if syn[key] and held[key] and not held[key]["low"] <= syn[key]["median"] <= held[key]["high"]:
             out["differs"].append(key)
     out["effective_blur_vox"] = effective_blur(syn["sharpness"]["median"], sigmas, curve) if syn["sharpness"] else None
     if syn["noise_sd"] and held["noise_sd"] and held["noise_sd"]["median"] > 0:
@@ -124,14 +126,15 @@ def compare_sets(synthetic: list[dict], heldout: list[dict], curve: list[float |
 def texture_line(t: dict) -> list[str]:
     """The verdict's smoothness lines: the numbers, and a warning when the set differs."""
     syn, held = t["synthetic"], t["heldout"]
+    span = "-".join(f"{p:g}" for p in t.get("range_percentiles", RANGE_PERCENTILES)) + " %"
     if not (syn.get("sharpness") and held.get("sharpness")):
         return ["  smoothness check: not measured (too few voxels inside the intensity range)"]
     line = (f"  smoothness check: sharpness {syn['sharpness']['median']:.3g} against the held-out scans' "
-            f"{held['sharpness']['median']:.3g} (5-95 % {held['sharpness']['p5']:.3g}-{held['sharpness']['p95']:.3g})"
+            f"{held['sharpness']['median']:.3g} ({span} {held['sharpness']['low']:.3g}-{held['sharpness']['high']:.3g})"
             f", like them blurred by {t['effective_blur_vox']:.2g} voxel")
     if syn.get("noise_sd") and held.get("noise_sd"):
         line += (f"; noise SD {syn['noise_sd']['median']:.3g} against {held['noise_sd']['median']:.3g} "
-                 f"(5-95 % {held['noise_sd']['p5']:.3g}-{held['noise_sd']['p95']:.3g})")
+                 f"({span} {held['noise_sd']['low']:.3g}-{held['noise_sd']['high']:.3g})")
     lines = [line]
     if t["differs"]:
         what = " and ".join({"noise_sd": "noise", "sharpness": "sharpness"}[k] for k in t["differs"])
