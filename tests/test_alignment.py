@@ -455,3 +455,21 @@ def test_aligned_rmse_separates_shifted_copies_when_the_body_fills_the_field_of_
         full = rmse(al.apply(copies[best.index(b)] - level, b.transform, sp) + level, training[best.index(b)])
         assert b.rmse < 0.6 * full
     assert max(b.mae for b in best[:3]) < 0.5 * min(b.mae for b in best[3:])
+
+
+@pytest.mark.parametrize("shift", [(2.0, -3.0, 1.0), (1.5, 0.0, -2.25), (0.0, 0.0, 0.0)])
+def test_the_fast_overlap_sums_equal_the_masked_difference(shift):
+    """_measured's fast path (the grid's sums less the uncovered band's) is the exact path's mean
+    over the overlap box."""
+    rng = np.random.default_rng(7)
+    vol, t = (rng.random((20, 18, 16)).astype(np.float32) for _ in range(2))
+    tr = al.Transform(shift_vox=shift)
+    fast = al._measured(vol, t, tr, al.SearchSpace(), SP)
+    exact = al._measured(vol, t, tr, al.SearchSpace(), SP, exact=True)
+    assert (fast.mae, fast.rmse) == pytest.approx((exact.mae, exact.rmse), rel=1e-6)
+    region = al.overlap(t.shape, tr, SP)
+    moved = al.apply(vol, tr, SP)
+    expected = rmse(moved, t) if region is None else rmse(moved[region], t[region])
+    assert exact.rmse == pytest.approx(expected, rel=1e-9)
+    if any(shift):
+        assert all(moved[tuple(r if k == a else slice(None) for k in range(3))].size for a, r in enumerate(region))
