@@ -36,6 +36,13 @@ def rmse(a, b):
     return float(np.sqrt(np.mean((a.astype(np.float64) - b) ** 2)))
 
 
+def aligned_rmse(syn, src, tr, sp=SP, fast=False):
+    """The RMSE the alignment reports for ``tr``: over the voxels where the moved volume has data."""
+    region = al.overlap(src.shape, tr, sp, fast=fast)
+    direct = al.apply(syn, tr, sp, fast=fast)
+    return rmse(direct, src) if region is None else rmse(direct[region], src[region])
+
+
 def test_fft_squared_error_equals_brute_force_for_every_shift():
     a, t = head(1, (12, 10, 9)), head(2, (12, 10, 9))
     search = al.ShiftSearch(a.shape, (2, 1, 2))
@@ -58,8 +65,8 @@ def test_flipped_shifted_rotated_copy_is_aligned_back_to_its_source():
     assert res[0].rmse < 0.5 * res[1].rmse  # ... and its source is far closer than another head
     assert res[0].transform.flips == (0,) and res[0].transform.rotation_axis == 2
     assert abs(abs(res[0].transform.angle_deg) - 7.0) <= 2.5
-    direct = al.apply(syn, res[0].transform, SP)
-    assert res[0].rmse == pytest.approx(rmse(direct, src), rel=1e-5)  # the reported value is the transform's
+    # the reported value is the transform's, over the overlap
+    assert res[0].rmse == pytest.approx(aligned_rmse(syn, src, res[0].transform), rel=1e-5)
 
 
 def test_subvoxel_shift_is_recovered():
@@ -408,6 +415,61 @@ def test_rotation_about_a_random_axis_is_refined_on_a_real_t1():
     assert r.rmse < 0.9 * g.rmse < 0.5 * rmse(syn, v)
     # the refined transform reproduces its value through apply(), and outside the group it is refused
     moved = al.apply(syn - level, r.transform, sp) + level
-    assert rmse(moved, v) == pytest.approx(r.rmse, rel=1e-4)
+    region = al.overlap(v.shape, r.transform, sp)  # where the moved copy has data (the crop's faces are tissue)
+    assert rmse(moved[region], v[region]) == pytest.approx(r.rmse, rel=1e-4)
+    assert r.rmse < 0.85 * rmse(moved, v)  # over the whole grid the uncovered band, padded, adds 25 %
     narrow = al.SearchSpace(**{**refined.__dict__, "rotation_deg": (-2.0, 2.0)})
     assert al.refine_rigid(syn - level, v - level, r.transform, narrow, sp) is None
+
+
+def test_aligned_rmse_separates_shifted_copies_when_the_body_fills_the_field_of_view():
+    """Issue 43: a CT whose body touches every face, copies shifted 4.5-9 mm. The band a shift
+    uncovers is padded with the background level and, over the whole grid, compared with tissue:
+    RMSE squares it. Over the overlap the copy is at the noise level again, and aligned RMSE
+    separates every copy from every new patient, as aligned MAE does."""
+    sp, shape, noise = (1.5, 1.5, 1.5), (40, 44, 36), 0.02
+
+    def patient(seed):
+        rng = np.random.default_rng(seed)
+        coarse = ndimage.gaussian_filter(rng.normal(size=shape), 4) * 6
+        fine = ndimage.gaussian_filter(rng.normal(size=shape), 1) * 0.6
+        return np.clip(0.5 + coarse + fine, 0.05, 0.95).astype(np.float32)  # tissue everywhere, windowed
+
+    training = [patient(s) for s in range(5)]
+    rng = np.random.default_rng(43)
+    copies = [ndimage.shift(training[k], shift, order=1, mode="nearest") + rng.normal(0, noise, shape)
+              for k, shift in ((0, (3, 5, 5)), (1, (-4, 3, 0)), (2, (6, -3, 4)))]
+    new = [patient(100 + s) + rng.normal(0, noise, shape) for s in range(3)]
+    space = al.SearchSpace(max_shift_mm=10.0, subvoxel=False)
+    level = al.background_level(training)
+    best = []
+    for syn in [c.astype(np.float32) for c in copies + new]:
+        found = al.align_pair_set(syn, training, space, sp, background=level)
+        best.append(min(found, key=lambda p: p.rmse))
+    copy_rmse, new_rmse = [b.rmse for b in best[:3]], [b.rmse for b in best[3:]]
+    assert max(copy_rmse) < 2 * noise  # the shifted copy back at the noise level over the overlap
+    assert max(copy_rmse) < 0.5 * min(new_rmse)
+    for b, shift in zip(best[:3], ((3, 5, 5), (-4, 3, 0), (6, -3, 4))):
+        assert tuple(-x for x in b.transform.shift_vox) == shift
+        # over the whole grid (the padded band compared with tissue) the same transform is far worse
+        full = rmse(al.apply(copies[best.index(b)] - level, b.transform, sp) + level, training[best.index(b)])
+        assert b.rmse < 0.6 * full
+    assert max(b.mae for b in best[:3]) < 0.5 * min(b.mae for b in best[3:])
+
+
+@pytest.mark.parametrize("shift", [(2.0, -3.0, 1.0), (1.5, 0.0, -2.25), (0.0, 0.0, 0.0)])
+def test_the_fast_overlap_sums_equal_the_masked_difference(shift):
+    """_measured's fast path (the grid's sums less the uncovered band's) is the exact path's mean
+    over the overlap box."""
+    rng = np.random.default_rng(7)
+    vol, t = (rng.random((20, 18, 16)).astype(np.float32) for _ in range(2))
+    tr = al.Transform(shift_vox=shift)
+    fast = al._measured(vol, t, tr, al.SearchSpace(), SP)
+    exact = al._measured(vol, t, tr, al.SearchSpace(), SP, exact=True)
+    assert (fast.mae, fast.rmse) == pytest.approx((exact.mae, exact.rmse), rel=1e-6)
+    region = al.overlap(t.shape, tr, SP)
+    moved = al.apply(vol, tr, SP)
+    expected = rmse(moved, t) if region is None else rmse(moved[region], t[region])
+    assert exact.rmse == pytest.approx(expected, rel=1e-9)
+    if any(shift):
+        assert all(moved[tuple(r if k == a else slice(None) for k in range(3))].size for a, r in enumerate(region))

@@ -518,7 +518,7 @@ def test_bin_to_spacing_keeps_every_block_at_its_world_position():
 
 def registration_pre(**registration) -> dict:
     reg = dict(histogram_bins=50, sampling_fraction=0.25, shrink_factors=[2, 1], smoothing_sigmas_vox=[1, 0.5],
-               iterations=500, learning_rate=0.2, seed=1, qc_min_correlation=0.6, target="template",
+               iterations=500, learning_rate=0.2, seed=1, target="template",
                stages=["rigid", "affine"], mask_margin_mm=0.0, clip=None,
                rotation_search_deg=None)  # a 30-degree search on 8 mm blocks needs a head, not this small crop
     reg.update(registration)
@@ -642,3 +642,67 @@ def test_init_writes_registration_settings_the_schema_accepts():
     for bad in ({"stages": ["affine", "rigid"]}, {"target": "first_scan"}, {"mask_margin_mm": -1.0}):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({**pre, "registration": {**pre["registration"], **bad}}, pre_schema)
+
+
+def test_qc_against_the_reference_flags_a_failed_registration_and_no_good_one(tmp_path):
+    """registration.target: reference: QC correlates each registered scan with the reference scan
+    (what it was registered to), and the threshold is the dataset's own outlier rule: real scans
+    under known poses (up to 10 degrees, 15 mm) all pass; a scan turned front to back, which the
+    registration cannot undo without a rotation search, fails (issue 43)."""
+    from synthaudit.io import save_volume
+    from synthaudit.preprocess.pipeline import preprocess_image, registration_reference
+    from synthaudit.preprocess.qc import add_target_qc, masked_correlation, registration_warnings
+
+    template = real_t1()
+    grid = {"affine": template[1].tolist(), "shape": list(template[0].shape)}
+    pre = registration_pre(target="reference", stages=["rigid"])
+    rng = np.random.default_rng(43)
+    names = ["ref"] + [f"s{k}" for k in range(6)] + ["turned"]
+    for k, name in enumerate(names):
+        axis = rng.normal(size=3)
+        rotvec = axis / np.linalg.norm(axis) * rng.uniform(2.0, 10.0)
+        shift = rng.normal(size=3)
+        shift = shift / np.linalg.norm(shift) * rng.uniform(3.0, 15.0)
+        data, affine, _, _ = posed_scan(rotvec, shift, seed=100 + k, spacing=(1.8, 1.8, 2.5))
+        if name == "turned":
+            data = np.ascontiguousarray(data[:, ::-1])  # face to the back: a registration gone wrong
+        save_volume(tmp_path / f"{name}.nii.gz", data, affine)
+    target, _ = registration_reference(pre, template, str(tmp_path / "ref.nii.gz"), threads=1)
+    outs = {name: preprocess_image(str(tmp_path / f"{name}.nii.gz"), pre, grid, target, None, threads=1)
+            for name in names}
+    rows = [{"id": name, "registered": True} for name in names]
+    correlations = [masked_correlation(outs[name][0], outs["ref"][0]) for name in names]
+    threshold = add_target_qc(rows, correlations, "reference scan", outlier_mads=5.0, target_id="ref")
+    verdict = {r["id"]: r["qc_pass"] for r in rows}
+    assert verdict == {**{name: True for name in names[:-1]}, "turned": False}, (correlations, threshold)
+    assert threshold["n"] == len(names) - 1 and threshold["rule"].startswith("median")
+    assert rows[0]["qc_reason"] == "the registration target" and "correlation with the reference scan" in \
+        rows[-1]["qc_reason"]
+    warnings = registration_warnings(rows, threshold)
+    assert len(warnings) == 1 and "['turned']" in warnings[0] and "1 of 7" in warnings[0]
+
+
+def test_the_qc_threshold_is_an_outlier_rule_over_the_dataset_with_an_optional_floor():
+    from synthaudit.preprocess.qc import CORRELATION_SD_FLOOR, add_target_qc, correlation_threshold
+
+    good = [0.95, 0.96, 0.94, 0.955, 0.945, 0.96]
+    t = correlation_threshold(good, outlier_mads=5.0)
+    assert t["median"] == pytest.approx(0.9525) and t["robust_sd"] == CORRELATION_SD_FLOOR  # MAD below the floor
+    assert t["threshold"] == pytest.approx(0.9525 - 5 * CORRELATION_SD_FLOOR)
+    # real heads registered right correlate 0.5 with a template: no scan fails for it (the old fixed 0.60 failed all)
+    low = [0.50, 0.52, 0.48, 0.51, 0.49, 0.53, 0.50]
+    rows = [{"id": f"s{k}", "registered": True} for k in range(len(low) + 1)]
+    add_target_qc(rows, low + [0.05], "template", outlier_mads=5.0)
+    assert [r["qc_pass"] for r in rows] == [True] * len(low) + [False]
+    # too few scans to calibrate: no rule unless a floor is set; the floor wins where it is higher
+    assert correlation_threshold([0.9, 0.8], 5.0)["threshold"] is None
+    assert correlation_threshold([0.9, 0.8], 5.0, min_correlation=0.6)["rule"] == "min_correlation"
+    assert correlation_threshold(good, 5.0, min_correlation=0.99)["threshold"] == 0.99
+    # a constant scan (NaN correlation) fails; an unregistered one gets no verdict
+    rows = [{"id": f"s{k}", "registered": k < 6} for k in range(7)]
+    add_target_qc(rows, good[:5] + [float("nan"), 0.1], "template", outlier_mads=5.0)
+    assert [r.get("qc_pass") for r in rows] == [True] * 5 + [False, None]
+    # the same-patient check fails a scan whatever its correlation
+    rows = [{"id": f"s{k}", "registered": True, "same_patient_nearest": k != 0} for k in range(6)]
+    add_target_qc(rows, good, "template", outlier_mads=5.0)
+    assert rows[0]["qc_pass"] is False and "another patient" in rows[0]["qc_reason"]

@@ -404,7 +404,11 @@ def registration_figures(results: list[dict]) -> dict:
     corr = [q.get("correlation_to_template") for q in qc if q.get("correlation_to_template") is not None]
     if corr:
         out["qc_correlation"] = [round(float(min(corr)), 3), round(float(max(corr)), 3)]
-        out["qc_pass"] = round(float(np.mean([bool(q.get("qc_pass")) for q in qc])), 3)
+        # the dataset's outlier rule (synthaudit.preprocess.qc), here over the correlations with the template
+        from synthaudit.preprocess.qc import QC_DEFAULTS, correlation_threshold
+
+        t = correlation_threshold(corr, QC_DEFAULTS["qc_outlier_mads"])["threshold"]
+        out["qc_pass"] = round(float(np.mean([t is None or c >= t for c in corr])), 3)
     if all("iterations" in q for q in qc):
         its = [q["iterations"] for q in qc]
         out["iterations"] = {"median": float(np.median(its)), "max": int(max(its))}

@@ -336,6 +336,22 @@ class WorkflowPlan:
         return {"reference": f"{base}.nii.gz", "reference_mask": f"{base}_mask.nii.gz",
                 "reference_transform": f"{base}.tfm"}
 
+    def qc_target(self, dataset: str) -> dict:
+        """What the registration QC correlates each scan with: the registration's own target on
+        the output grid (the reference scan's preprocessed image with ``registration.target:
+        reference``, else the template's ROI), its name, the scan that is the target, and the
+        outlier rule's settings (``qc_outlier_mads``, ``qc_min_correlation``)."""
+        from .preprocess.qc import QC_DEFAULTS
+
+        base = self.training_of[dataset]
+        settings = {k: self.dataset_cfg[dataset]["preprocess"].get("registration", {}).get(k, v)
+                    for k, v in QC_DEFAULTS.items()}
+        if self.registers_to_reference(dataset):
+            ref = sorted(s.id for s in self.plans[dataset].train)[0]
+            return {"path": f"results/preprocessed/{base}/images/{ref}.nii.gz", "name": "reference scan", "id": ref,
+                    **settings}
+        return {"path": f"results/preprocessed/{base}/template_roi.nii.gz", "name": "template", "id": None, **settings}
+
     def preprocessed_images(self, dataset: str, role: str | None = None) -> list[str]:
         base = self.training_of[dataset]
         return [f"results/preprocessed/{base}/images/{s.id}.nii.gz"

@@ -618,7 +618,9 @@ def _datasets_block(inp: Inputs, summary: dict, manifest: str, n_heldout: int) -
             "        iterations: 500         # a cap per level; the QC table shows levels that reached it",
             "        learning_rate: 0.2      # step (mm) per iteration at the finest level",
             "        seed: 1",
-            "        qc_min_correlation: 0.6",
+            "        qc_outlier_mads: 5.0    # QC: a correlation with the registration's target this many",
+            "                                # robust SDs below the dataset's median fails (qc.tsv)",
+            "        qc_min_correlation: null",
             "      intensity:",
             f"        window: {window}".ljust(32) + "  # clip (HU for CT); null keeps intensities",
             ("        rescale: true           # map the window to [0, 1]: your samples must be in those units"

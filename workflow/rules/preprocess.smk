@@ -122,7 +122,7 @@ rule preprocess_qc:
     input:
         qc=lambda wc: [f"results/preprocessed/{wc.dataset}/qc/{s.id}.json" for s in plan(wc).scans],
         images=lambda wc: preprocessed_images(wc.dataset),
-        template_roi="results/preprocessed/{dataset}/template_roi.nii.gz",
+        target=lambda wc: PLAN.qc_target(wc.dataset)["path"],  # the registration's own target, on the grid
     output:
         table="results/preprocessed/{dataset}/qc.tsv",
         montage=report(
@@ -141,7 +141,10 @@ rule preprocess_qc:
     params:
         ids=lambda wc: [s.id for s in plan(wc).scans],
         patients=lambda wc: [s.patient_id for s in plan(wc).scans],
-        min_correlation=lambda wc: ds_cfg(wc)["preprocess"].get("registration", {}).get("qc_min_correlation"),
+        target=lambda wc: PLAN.qc_target(wc.dataset)["name"],
+        target_id=lambda wc: PLAN.qc_target(wc.dataset)["id"],
+        outlier_mads=lambda wc: PLAN.qc_target(wc.dataset)["qc_outlier_mads"],
+        min_correlation=lambda wc: PLAN.qc_target(wc.dataset)["qc_min_correlation"],
     script:
         "../scripts/preprocess_qc.py"
 

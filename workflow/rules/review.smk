@@ -255,6 +255,7 @@ rule verdict:
         metrics="results/metrics/relict.json",
         rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in REVIEWED_DATASETS for m in MEASURES_BY_DS[d]],
         copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
+        texture=[f"results/relict/{d}/texture.json" for d in COPIES_DATASETS if d in REVIEWED_DATASETS],
         local=[f"results/relict/{d}/local/local.json" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
         local_figures=[f"results/figures/{d}/local_copies.png" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
         # an audit workspace's input warnings (synthaudit init), which the verdict repeats

@@ -19,7 +19,7 @@ import SimpleITK as sitk
 
 from ..io import VolumeError, check_on_grid, load_volume, spacing_from_affine
 from .intensity import window
-from .qc import masked_correlation
+from .qc import QC_DEFAULTS, masked_correlation
 from .register import (compose_affine, from_sitk, head_mask, reference_grid, register_affine, resample_to_grid,
                        to_sitk)
 
@@ -72,6 +72,7 @@ REGISTRATION_DEFAULTS = {
     "mask_margin_mm": 0.0,
     "clip": [-200.0, 1500.0],
     "rotation_search_deg": 30.0,
+    **QC_DEFAULTS,
 }
 
 
@@ -266,9 +267,7 @@ def preprocess_image(image_path: str, pre: dict, grid: dict, template=None, temp
     qc["min"], qc["max"] = float(out.min()), float(out.max())  # SSIM's data range without a window
     if template_roi is not None:
         corr = masked_correlation(out, template_roi)
-        qc["correlation_to_template"] = corr
-        if pre["register"]:  # without registration the "template" is just the first training volume
-            qc["qc_pass"] = bool(corr >= pre["registration"]["qc_min_correlation"])
+        qc["correlation_to_template"] = corr  # the verdict is the dataset's QC table's (preprocess.qc.add_target_qc)
     return out, transform, qc
 
 

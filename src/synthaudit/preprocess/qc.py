@@ -1,8 +1,13 @@
-"""Registration quality control: a number (correlation) and a picture (montage).
+"""Registration quality control: numbers (correlation with the registration's own target,
+same-patient consistency) and a picture (montage).
 
-Why both: Mattes MI values are hard to read and not comparable between volumes, so
-a Pearson correlation with the template gives a threshold a person can set; a
-montage with the template outline overlaid shows at a glance which scans failed.
+Why both: Mattes MI values are hard to read and not comparable between volumes, so a
+Pearson correlation with what each scan was registered to (the template, or with
+``registration.target: reference`` the dataset's reference scan) tells how well it landed;
+the threshold comes from the dataset's own scans (an outlier rule), because a fixed value
+fits one kind of scan: real head CTs registered right to a reference scan correlated
+below 0.60 with the MNI template and all 32 were flagged (issue 43). A montage with the
+target's outline overlaid shows at a glance which scans failed.
 """
 
 from __future__ import annotations
@@ -309,11 +314,21 @@ def add_consistency(rows: list[dict], volumes: list[np.ndarray], patients: list[
         row.update(figures)
 
 
-def registration_warnings(rows: list[dict]) -> list[str]:
-    """The QC table's registration findings as log lines: scans whose closest other scan is
-    another patient's (the patient signal replica detection needs is lost or weak there),
-    and registrations that stopped at the iteration cap."""
+def registration_warnings(rows: list[dict], threshold: dict | None = None) -> list[str]:
+    """The QC table's registration findings as log lines: scans whose correlation with the
+    registration's target is an outlier of the dataset (``threshold``, :func:`add_target_qc`),
+    scans whose closest other scan is another patient's (the patient signal replica detection
+    needs is lost or weak there), and registrations that stopped at the iteration cap."""
     out = []
+    if threshold is not None and threshold.get("threshold") is not None:
+        low = [r["id"] for r in rows if r.get("registered") and "correlation with" in (r.get("qc_reason") or "")]
+        if low:
+            how = ("registration.qc_min_correlation" if threshold["rule"] == "min_correlation" else
+                   f"the dataset's median {threshold['median']:.3f} - {threshold['outlier_mads']:g} x its robust SD "
+                   f"{threshold['robust_sd']:.3f}")
+            out.append(f"QC: {len(low)} of {threshold['n']} registered scan(s) correlate with the {threshold['target']} "
+                       f"below {threshold['threshold']:.3f} ({how}): registration may have failed (qc_reason in the "
+                       f"table, the montage): {low}")
     lost = [r["id"] for r in rows if r.get("same_patient_nearest") is False]
     checked = [r for r in rows if r.get("same_patient_nearest") is not None]
     if lost:
@@ -325,3 +340,72 @@ def registration_warnings(rows: list[dict]) -> list[str]:
         out.append(f"QC: {len(capped)} registration(s) stopped at the iteration cap before converging "
                    f"(registration.iterations; levels_at_cap in the table): {capped}")
     return out
+
+
+# The outlier rule of the correlation QC: a scan is flagged when its correlation with the
+# registration's target lies more than ``outlier_mads`` robust SDs (1.4826 x the median absolute
+# deviation) below the dataset's median. The SD is floored at CORRELATION_SD_FLOOR so that a
+# dataset of near-identical scans (every correlation 0.99 +- 0.001) does not flag a 0.98; with
+# fewer than MIN_SCANS_TO_CALIBRATE scans there is no spread to calibrate on and the rule is off.
+CORRELATION_SD_FLOOR = 0.02
+MIN_SCANS_TO_CALIBRATE = 5
+# the registration block's QC keys (issue 43) where a params.yaml written before them lacks them
+QC_DEFAULTS = {"qc_outlier_mads": 5.0, "qc_min_correlation": None}
+
+
+def correlation_threshold(correlations, outlier_mads: float, min_correlation: float | None = None) -> dict:
+    """The dataset's correlation threshold from its own scans' correlations with the target.
+
+    Returns ``{"threshold", "median", "robust_sd", "n", "rule"}``: ``threshold`` is the larger of
+    ``median - outlier_mads * robust_sd`` and ``min_correlation`` (an optional absolute floor);
+    None when neither applies (too few scans and no floor). NaN correlations (a constant scan)
+    are left out of the calibration; they fail any threshold.
+    """
+    values = np.asarray([c for c in correlations if c is not None and np.isfinite(c)], dtype=np.float64)
+    out = {"n": int(values.size), "median": None, "robust_sd": None, "outlier_mads": float(outlier_mads),
+           "threshold": None, "rule": "none"}
+    if values.size >= MIN_SCANS_TO_CALIBRATE:
+        median = float(np.median(values))
+        robust_sd = max(1.4826 * float(np.median(np.abs(values - median))), CORRELATION_SD_FLOOR)
+        out.update(median=median, robust_sd=robust_sd, threshold=median - outlier_mads * robust_sd,
+                   rule=f"median - {outlier_mads:g} robust SD")
+    if min_correlation is not None and (out["threshold"] is None or min_correlation > out["threshold"]):
+        out.update(threshold=float(min_correlation), rule="min_correlation")
+    return out
+
+
+def add_target_qc(rows: list[dict], correlations: list[float | None], target: str, outlier_mads: float,
+                  min_correlation: float | None = None, target_id: str | None = None) -> dict:
+    """Add ``correlation_to_target`` and the verdict (``qc_pass``, ``qc_reason``) to each QC row,
+    in place, and return the threshold (:func:`correlation_threshold`).
+
+    A registered scan fails when its correlation with the registration's target is below the
+    dataset's threshold, or when its closest other scan is another patient's although its
+    patient has a second scan (``same_patient_nearest`` False, from :func:`add_consistency`:
+    what replica detection needs, so the primary check when patients have several scans).
+    ``target_id``: the scan that is the target (the reference scan), left out of the
+    calibration and never flagged by correlation. Unregistered scans get no verdict.
+    """
+    if len(rows) != len(correlations):
+        raise ValueError(f"{len(rows)} QC rows but {len(correlations)} correlations")
+    calibrating = [c for r, c in zip(rows, correlations) if r.get("registered") and r.get("id") != target_id]
+    threshold = correlation_threshold(calibrating, outlier_mads, min_correlation)
+    threshold["target"] = target
+    for row, corr in zip(rows, correlations):
+        row["correlation_to_target"] = corr
+        if not row.get("registered"):
+            continue
+        reasons = []
+        if row.get("id") != target_id and threshold["threshold"] is not None and not (
+                corr is not None and corr >= threshold["threshold"]):  # NaN (constant scan) fails
+            reasons.append(f"correlation with the {target} {_fmt(corr)} < {threshold['threshold']:.3f}")
+        if row.get("same_patient_nearest") is False:
+            reasons.append("closest other scan is another patient's")
+        row["qc_pass"] = not reasons
+        row["qc_reason"] = "; ".join(reasons) if reasons else ("the registration target" if row.get("id") == target_id
+                                                               else "")
+    return threshold
+
+
+def _fmt(x) -> str:
+    return "NA" if x is None or not np.isfinite(x) else f"{x:.3f}"

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..io import read_metrics, read_tsv
 from ..relict.ranking import read_ranking
+from ..relict.texture import texture_line
 from ..workspace import WARNINGS_FILE
 
 
@@ -51,6 +52,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     if warnings.is_file():  # what init accepted with a warning qualifies the answer (an empty sample's "replica")
         out["input_warnings"] = [(r["id"], r["role"], r["warning"]) for r in read_tsv(warnings)
                                  if r.get("dataset") == dataset]
+    texture = base / "texture.json"
+    if texture.is_file():  # relict.texture: the samples' smoothness and noise against the held-out scans'
+        out["texture"] = json.loads(texture.read_text())
     local = base / "local" / "local.json"
     if local.is_file():  # relict.local: regions copied into otherwise new volumes
         out["local"] = local_verdict(base / "local")
@@ -121,6 +125,8 @@ def verdict_lines(v: dict) -> list[str]:
                          f"{int(round(1 / v['rate'])) - 1} are needed)")
     else:
         lines.append("  no calibrated calls (no held-out scans)")
+    if "texture" in v:
+        lines += texture_line(v["texture"])
     per = []
     for m, e in v["measures"].items():
         parts = []
