@@ -19,8 +19,9 @@ from synthaudit.resources import provenance
 
 # which synthaudit and which parameters (SHA-256 of params.yaml as loaded, command-line --config
 # included): every metrics file and the report's first page record it
-_PROVENANCE = provenance({k: v for k, v in config.items() if k not in ("_provenance", "report_verdict")},
-                         device=_describe_device())
+_PROVENANCE = provenance(
+    {k: v for k, v in config.items() if k not in ("_provenance", "report_verdict")}, device=_describe_device()
+)
 from synthaudit.workflow_plan import PlanError, WorkflowPlan, alternatives as _alternatives
 
 try:

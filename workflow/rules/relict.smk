@@ -494,6 +494,7 @@ rule relict_all:
     input:
         "results/metrics/relict.json",
         expand("results/relict/{dataset}/local/local_calls.tsv", dataset=LOCAL_DATASETS),
+        expand("results/relict/{dataset}/texture.json", dataset=COPIES_DATASETS),
 
 
 rule relict_augmentation:
