@@ -138,7 +138,8 @@ def texture_line(t: dict) -> list[str]:
     lines = [line]
     if t["differs"]:
         what = " and ".join({"noise_sd": "noise", "sharpness": "sharpness"}[k] for k in t["differs"])
-        lines.append(f"    WARNING: the samples' {what} lie outside the held-out scans' range: the calibrated "
+        verb = "lie" if len(t["differs"]) > 1 else "lies"
+        lines.append(f"    WARNING: the samples' {what} {verb} outside the held-out scans' range: the calibrated "
                      "thresholds come from scans unlike these samples, so the held-out false-positive rate may "
                      "not hold for them (smoother samples are closer to every training volume, new patients' "
                      "too); read the calls with the rating-tuned or aligned measures beside them")
