@@ -90,20 +90,27 @@ def workspace(source: Path, work: Path, params: dict) -> None:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    subprocess.run(["cp", "-al", str(source / "results"), str(work / "results")], check=True)
+    (work / "results").mkdir()
+    for item in sorted((source / "results").iterdir()):  # not results/bench (the benchmarks, this one's runs)
+        if item.name != "bench":
+            subprocess.run(["cp", "-al", str(item), str(work / "results" / item.name)], check=True)
     # the trainings resume from their checkpoints, which refuse another seed's (rightly): start afresh
     for checkpoint in list((work / "results").rglob("checkpoint*.pt")) + list((work / "results").rglob("checkpoints")):
         shutil.rmtree(checkpoint) if checkpoint.is_dir() else checkpoint.unlink()
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def run_seed(source: Path, work: Path, params: dict, estimate: str, log) -> dict[str, dict[str, float]]:
-    """The metrics of one seed's run; a finished run of the same params is read back (done.json)."""
+def run_seed(source: Path, work: Path, params: dict, estimate: str, log, run: bool = True
+             ) -> dict[str, dict[str, float]] | None:
+    """The metrics of one seed's run; a finished run of the same params is read back (done.json).
+    ``run`` False: None where no finished run exists."""
     spec = ESTIMATES[estimate]
     done = work / "done.json"
     if done.is_file() and yaml.safe_load((work / "params.yaml").read_text()) == params:
         log(f"{estimate} {work.name}: reused")
         return json.loads(done.read_text())
+    if not run:
+        return None
     workspace(source, work, params)
     targets = [f"results/metrics/{m}" for m in spec["metrics"]]
     cmd = [str(BIN / "snakemake"), *targets, "-s", str(ROOT / "Snakefile"), "-d", str(work), "--workflow-profile",
@@ -144,6 +151,8 @@ def main(argv=None) -> int:
     ap.add_argument("--estimates", default=",".join(ESTIMATES), help="comma-separated subset of %(default)s")
     ap.add_argument("--work", type=Path, default=ROOT / "results" / "bench" / "seed_spread")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "seed_spread.json")
+    ap.add_argument("--finished-only", action="store_true",
+                    help="summarise only the estimates whose seeds have all finished (done.json); run nothing")
     args = ap.parse_args(argv)
     from synthaudit import numerics
 
@@ -165,7 +174,11 @@ def main(argv=None) -> int:
             params = copy.deepcopy(base)
             # anonymise.seeds is a list (one CVAE per seed): one seed per run, as the other models
             _set(params, spec["path"], [seed] if isinstance(default, list) else seed)
-            runs.append(run_seed(args.source, args.work / f"{estimate}-s{seed}", params, estimate, log))
+            runs.append(run_seed(args.source, args.work / f"{estimate}-s{seed}", params, estimate, log,
+                                 run=not args.finished_only))
+        if any(r is None for r in runs):
+            log(f"{estimate}: {sum(r is None for r in runs)} of {len(seeds)} seeds not finished, left out")
+            continue
         result["estimates"][estimate] = {"param": ".".join(spec["path"]), "default": default, "seeds": seeds,
                                          "rule_rerun": spec["rule"], "metrics": spread(runs, demo)}
     result["elapsed_s"] = round(time.monotonic() - started, 1)
