@@ -63,7 +63,7 @@ def describe_here() -> str:
     """:func:`describe` for the provenance, in the process that runs Snakemake: that process
     may have no torch (with ``--use-conda`` the jobs bring their own), so on a machine with a
     GPU and no torch it says so instead of importing it. On SLURM this is the submitting
-    host's device; each training job's own device is in its log."""
+    host's device, not necessarily the training nodes'."""
     import importlib.util
 
     if device_type("auto") == "cpu" and "torch" not in sys.modules:
