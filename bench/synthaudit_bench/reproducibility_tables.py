@@ -25,10 +25,10 @@ SPREAD = Path("results/bench/seed_spread.json")
 
 # the headline keys per metrics file (a metric's full set of moved keys is in the JSON)
 HEADLINES = {
-    "relict.json": re.compile(r"^[^.]+\.[a-z_]+\.(balanced_accuracy|auc|calibrated_n_called)$"),
+    "relict.json": re.compile(r"^[^.]+\.[a-z_]+\.(balanced_accuracy|auc|calibrated_n_called)$|^ncct_ldm\.[a-z_]+\.min_score$"),
     "copies.json": re.compile(r"^[^.]+\.(n_copies|sensitivity|specificity)$"),
     "privacy.json": re.compile(r"^[^.]+\.[a-z]+\.(verification_auc|specificity|synthetic\.[^.]+\.flag_rate)$"),
-    "recall.json": re.compile(r"^[^.]+\.[^.]+\.(recall|memorised_fraction)$"),
+    "recall.json": re.compile(r"^[^.]+\.(recall|learned_fraction)$"),
     "anonymise.json": re.compile(r"^[^.]+\.[^.]+\.(D|auc)$"),
 }
 ESTIMATE_NAMES = {"unet": "U-Net labels", "ldm": "latent diffusion model", "filters": "privacy filters",
