@@ -49,15 +49,6 @@ def compare(portable: Path, native: Path) -> dict:
                                      "two jobs run at once on two cores)"}}
 
 
-def markdown(result: dict, top: int = 12) -> str:
-    lines = ["| rule | portable (s) | native (s) | portable / native |", "|---|---:|---:|---:|"]
-    for rule, r in list(result["rules"].items())[:top]:
-        lines.append(f"| {rule} | {r['portable_s']:.1f} | {r['native_s']:.1f} | {r['ratio']:.2f} |")
-    t = result["total"]
-    lines.append(f"| all rules | {t['portable_s']:.0f} | {t['native_s']:.0f} | {t['ratio']:.2f} |")
-    return "\n".join(lines)
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("portable", type=Path, help="a checkout where the demo ran with portable numerics")
@@ -72,7 +63,9 @@ def main(argv=None) -> int:
                           "ratio": round(args.wall[0] / args.wall[1], 2)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1) + "\n")
-    print(markdown(result))
+    from .reproducibility_tables import cost_table
+
+    print(cost_table(result))
     return 0
 
 

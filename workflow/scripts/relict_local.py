@@ -39,7 +39,7 @@ with logged(snakemake.log[0]) as log:
         if names != [f"{i}.nii.gz" for i in ids]:
             raise ValueError(f"{what} volumes and ids disagree ({names[:3]} vs {list(ids)[:3]}): the plan is stale")
 
-    smooth = float(cfg.get("smooth_mm", 0.0))
+    smooth = float(cfg["smooth_mm"])  # the plan merged the defaults (WorkflowPlan.local)
     sigma = [smooth / s for s in spacing]
 
     def smoothed(v):
@@ -90,12 +90,12 @@ with logged(snakemake.log[0]) as log:
     n_syn, n_held = len(syn_raw), len(held_raw)
 
     # positive controls: a training scan's region pasted into each held-out scan, per size
-    ctl_cfg = cfg.get("controls") or {}
-    sizes = [float(x) for x in ctl_cfg.get("sizes_mm", [])]
+    ctl_cfg = cfg["controls"]
+    sizes = [float(x) for x in ctl_cfg["sizes_mm"]]
     controls, ctl_raw, noise_sd, noise_source = [], [], 0.0, None
     if sizes and keep.any():
-        margin, seed = float(ctl_cfg.get("margin_mm", 3.0)), int(ctl_cfg.get("seed", 0))
-        if ctl_cfg.get("noise_sd", "auto") == "auto":
+        margin, seed = float(ctl_cfg["margin_mm"]), int(ctl_cfg["seed"])
+        if ctl_cfg["noise_sd"] == "auto":
             noise_sd = local.rescan_noise_sd(held_raw, list(p.heldout_patients))
             noise_source = "rescan: held-out patients scanned twice"
             if noise_sd is None:
@@ -145,7 +145,7 @@ with logged(snakemake.log[0]) as log:
             yield smoothed(t)
 
     progress = Progress(log, "training volumes compared block by block", len(train_paths))
-    measure = cfg.get("measure", "block_mse")
+    measure = cfg["measure"]
     d = local.all_pairs_block_distances(queries, training_stream(), grid, measure, keep, progress=progress)
     valid = local.volume_blocks(grid, queries_raw, background, data_range, keep, ceiling=ceiling)
     ratios = local.block_ratios(d, int(p.n_closest))
@@ -254,7 +254,7 @@ with logged(snakemake.log[0]) as log:
                 "whole_volume_rmse_sensitivity": sum(r["whole_rmse_called"] for r in sel) / n,
             }
         w_check = calibration.heldout_check(w_null, rate)
-        return {"n": len(controls), "sizes_mm": sizes, "margin_mm": float(ctl_cfg.get("margin_mm", 3.0)),
+        return {"n": len(controls), "sizes_mm": sizes, "margin_mm": float(ctl_cfg["margin_mm"]),
                 "noise_sd": noise_sd, "noise_source": noise_source,
                 "centred_on": {k: sum(c.centred_on == k for c in controls) for k in ("label", "distinctive")},
                 "by_size_mm": by_size,
@@ -334,7 +334,7 @@ with logged(snakemake.log[0]) as log:
             ax.legend(fontsize=7, loc="upper center", ncol=2, frameon=False)
         if example is not None:
             k, c = example, controls[example]
-            margin = float(ctl_cfg.get("margin_mm", 3.0))  # the pasted extent, blend included
+            margin = float(ctl_cfg["margin_mm"])  # the pasted extent, blend included
             half = [(c.size_mm / 2.0 + margin) / s_ for s_ in spacing]
             truth = [(int(round(cc - h)), int(round(cc + h))) for cc, h in zip(c.centre_vox, half)]
             j = int(ctl_state["closest"][k])

@@ -321,7 +321,8 @@ def registration_warnings(rows: list[dict], threshold: dict | None = None) -> li
     needs is lost or weak there), and registrations that stopped at the iteration cap."""
     out = []
     if threshold is not None and threshold.get("threshold") is not None:
-        low = [r["id"] for r in rows if r.get("registered") and "correlation with" in (r.get("qc_reason") or "")]
+        low = [r["id"] for r in rows if r.get("registered") and r.get("id") != threshold.get("target_id")
+               and not _at_least(r.get("correlation_to_target"), threshold["threshold"])]
         if low:
             how = ("registration.qc_min_correlation" if threshold["rule"] == "min_correlation" else
                    f"the dataset's median {threshold['median']:.3f} - {threshold['outlier_mads']:g} x its robust SD "
@@ -390,14 +391,14 @@ def add_target_qc(rows: list[dict], correlations: list[float | None], target: st
         raise ValueError(f"{len(rows)} QC rows but {len(correlations)} correlations")
     calibrating = [c for r, c in zip(rows, correlations) if r.get("registered") and r.get("id") != target_id]
     threshold = correlation_threshold(calibrating, outlier_mads, min_correlation)
-    threshold["target"] = target
+    threshold["target"], threshold["target_id"] = target, target_id
     for row, corr in zip(rows, correlations):
         row["correlation_to_target"] = corr
         if not row.get("registered"):
             continue
         reasons = []
-        if row.get("id") != target_id and threshold["threshold"] is not None and not (
-                corr is not None and corr >= threshold["threshold"]):  # NaN (constant scan) fails
+        if row.get("id") != target_id and threshold["threshold"] is not None and not _at_least(
+                corr, threshold["threshold"]):
             reasons.append(f"correlation with the {target} {_fmt(corr)} < {threshold['threshold']:.3f}")
         if row.get("same_patient_nearest") is False:
             reasons.append("closest other scan is another patient's")
@@ -405,6 +406,11 @@ def add_target_qc(rows: list[dict], correlations: list[float | None], target: st
         row["qc_reason"] = "; ".join(reasons) if reasons else ("the registration target" if row.get("id") == target_id
                                                                else "")
     return threshold
+
+
+def _at_least(corr, threshold: float) -> bool:
+    """``corr >= threshold``; a missing or NaN correlation (a constant scan) is not."""
+    return corr is not None and corr >= threshold
 
 
 def _fmt(x) -> str:

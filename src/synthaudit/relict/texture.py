@@ -44,13 +44,11 @@ def _inside(vol: np.ndarray) -> np.ndarray:
     return (vol > lo + margin) & (vol < hi - margin)
 
 
-def volume_texture(vol: np.ndarray, inside: np.ndarray | None = None) -> dict:
+def volume_texture(vol: np.ndarray) -> dict:
     """``{"noise_sd", "sharpness", "n_voxels"}`` of one volume (None where it has too few
-    voxels inside its own range: a constant or a binary volume). ``inside``: the voxels to
-    measure, when not the volume's own (a blurred scan is measured where the scan was inside
-    its range: blur spreads the window's clipped plateaus into it)."""
+    voxels inside its own range: a constant or a binary volume)."""
     v = np.asarray(vol, dtype=np.float64)
-    inside = _inside(v) if inside is None else inside
+    inside = _inside(v)
     noise, grad = [], []
     for axis in range(v.ndim):
         if v.shape[axis] < 3:
