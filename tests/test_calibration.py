@@ -89,3 +89,20 @@ def test_copies_per_training_patient_and_the_two_percentages():
     assert h["n_patients_copied"] == 1 and h["percent_patients_copied"] == pytest.approx(100 / 3)
     with pytest.raises(KeyError, match="not in the training set"):
         headline(patient_of, [("s9", True, "nobody")])
+
+
+def test_a_held_out_scan_is_never_scored_against_its_own_patients_training_scans():
+    """A second visit filed as held-out: its own patient's training scan would give it a copy's
+    ratio and drag the null's floor (and every call's threshold) down with it."""
+    from synthaudit.relict.ratio import distance_ratio
+
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0.9, 1.1, size=(3, 8))
+    train_patients = ["a", "a", "b", "c", "d", "e", "f", "g"]
+    d[0, 1] = 0.1  # held-out scan 0 is patient a's second visit: close to a's training scan
+    masked, n = C.leave_patient_out(d, ["a", "x", "y"], train_patients)
+    assert n == 1 and np.isinf(masked[0, :2]).all() and np.isfinite(masked[1:]).all()
+    assert np.array_equal(masked[1:], d[1:]) and d[0, 1] == 0.1  # the input is not modified
+    before, after = distance_ratio(d, 4).ratio, distance_ratio(masked, 4).ratio
+    assert before[0] < 0.2 and after[0] > 0.8 and np.allclose(before[1:], after[1:])
+    assert C.leave_patient_out(d, ["x", "y", "z"], train_patients)[1] == 0

@@ -194,7 +194,21 @@ def test_calibration_needs_held_out_label_maps_for_the_segmentation_level(tiny, 
     assert plan.heldout_measures["ncct_demo"] == plan.measures_by_dataset["ncct_demo"]
     assert plan.calibrated["ncct_demo"] == plan.measures_by_dataset["ncct_demo"]
     assert plan.copies_datasets == ["ncct_demo"] and plan.heldout_seg_bases == ["ncct_demo"]
-    assert plan.heldout_matrix("ncct_demo", "rmse") == "results/relict/ncct_demo/heldout/rmse.npz"
+    # the matched null (relict.calibration.matched_null): the held-out scans degraded like the
+    # dataset's samples for the image and feature levels; label maps are not blurred
+    assert plan.matched_datasets == ["ncct_demo"]
+    assert plan.heldout_matrix("ncct_demo", "rmse") == "results/relict/ncct_demo/matched/rmse.npz"
+    assert plan.heldout_matrix("ncct_demo", "emb_rmse") == "results/relict/ncct_demo/matched/emb_rmse.npz"
+    assert plan.heldout_matrix("ncct_demo", "dice_binary") == "results/relict/ncct_demo/heldout/dice_binary.npz"
+    assert plan.split_images("ncct_demo", "matched") == [
+        f"results/relict/ncct_demo/matched/images/{s.id}.nii.gz" for s in plan.plans["ncct_demo"].heldout]
+    assert plan.split_ids("ncct_demo", "matched") == [s.id for s in plan.plans["ncct_demo"].heldout]
+    assert "ncct_demo" in plan.texture_datasets and plan.null_alignment_recall("ncct_demo", "rmse") == []
+    off = copy.deepcopy(p)
+    off["relict"]["calibration"]["matched_null"] = False
+    plan_off = WorkflowPlan(off)
+    assert plan_off.matched_datasets == []
+    assert plan_off.heldout_matrix("ncct_demo", "rmse") == "results/relict/ncct_demo/heldout/rmse.npz"
 
     # nnU-Net predictions without the held-out scans': no segmentation-level null
     preds = tmp_path / "preds"

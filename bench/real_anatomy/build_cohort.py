@@ -119,8 +119,12 @@ def main(argv=None) -> int:
     ap.add_argument("--nifti", required=True, type=Path, help="fetch.sh's nifti/ folder")
     ap.add_argument("--out", required=True, type=Path)
     ap.add_argument("--config", type=Path, default=HERE / "cohort.yaml")
+    ap.add_argument("--generator-blur-vox", type=float, help="replaces the config's generator_blur_vox (the same "
+                    "cohort but for the samples' blur: run.sh blur)")
     args = ap.parse_args(argv)
     cfg = yaml.safe_load(args.config.read_text())
+    if args.generator_blur_vox is not None:
+        cfg["generator_blur_vox"] = args.generator_blur_vox
     rng = np.random.default_rng(cfg["seed"])
     sp = [float(cfg["spacing_mm"])] * 3
     shape = tuple(cfg["grid_vox"])

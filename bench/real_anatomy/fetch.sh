@@ -7,6 +7,7 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 OUT="${OUT:-$HERE/../../data/real_anatomy}"
+mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd)"   # the script cds into its download folder: keep OUT absolute
 PY="${PY:-$HERE/../../.venv/bin/python}"; [ -x "$PY" ] || PY=python3
 if [ -f "$OUT/inventory.tsv" ]; then echo "real scans already in $OUT"; exit 0; fi
 WORK="$OUT/_download"

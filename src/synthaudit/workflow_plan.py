@@ -104,7 +104,8 @@ class WorkflowPlan:
 
         # calibrated replica calls: a training set's held-out scans, scored against it by every
         # measure its synthetic sets use, are the null of "a new patient"
-        self.calibration = config["relict"].get("calibration") or {"rate": 0.05}
+        self.calibration = config["relict"].get("calibration") or {"rate": 0.05, "matched_null": False,
+                                                                    "matched_seed": 0}
         self.calibration_bases = [b for b in self.own_training if self.plans[b].heldout]
         self.heldout_measures = {
             b: [m for m in self.measures + self.aligned_measures
@@ -118,6 +119,14 @@ class WorkflowPlan:
         self.calibrated = {d: [m for m in self.measures_by_dataset[d]
                                if m in self.heldout_measures.get(self.training_of[d], [])] for d in self.datasets}
         self.copies_datasets = [d for d in self.reviewed_datasets if self.calibrated[d]]
+        # the matched null (relict.calibration.matched_null; relict.texture): per synthetic set, its
+        # training set's held-out scans degraded to the samples' own smoothness and noise, scored
+        # again by every calibrated measure but the segmentation level's (labels are not blurred)
+        self.matched_datasets = ([d for d in self.datasets if self.calibrated[d]]
+                                 if self.calibration.get("matched_null") else [])
+        self.matched_aligned_datasets = [d for d in self.matched_datasets
+                                         if set(self.calibrated[d]) & set(self.aligned_measures)]
+        self.texture_datasets = sorted(set(self.copies_datasets) | set(self.matched_datasets))
         # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
         self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "measure": "block_mse",
                       **(config["relict"].get("local") or {})}
@@ -254,13 +263,40 @@ class WorkflowPlan:
             return []
         if role == "heldout":
             return [f"results/relict/{self.training_of[dataset]}/shortlist/heldout.npz"]
-        return [f"results/relict/{dataset}/shortlist/synthetic.npz"]
+        return [f"results/relict/{dataset}/shortlist/{role}.npz"]  # synthetic, or matched (the degraded null)
+
+    def matched(self, dataset: str, measure: str) -> bool:
+        """Whether this dataset's null for this measure is the matched one (held-out scans degraded
+        like its samples) rather than the held-out scans as they are."""
+        return dataset in self.matched_datasets and registry.get(measure).level != "segmentation"
 
     def heldout_matrix(self, dataset: str, measure: str):
-        """The held-out scans' distances to the training set for this measure ([] when not calibrated)."""
+        """The null's distances to the training set for this measure ([] when not calibrated): the
+        held-out scans, or (matched null) those scans degraded like this dataset's samples."""
         if measure not in self.calibrated[dataset]:
             return []
+        if self.matched(dataset, measure):
+            return f"results/relict/{dataset}/matched/{measure}.npz"
         return f"results/relict/{self.training_of[dataset]}/heldout/{measure}.npz"
+
+    def null_shortlist(self, dataset: str, measure: str) -> list[str]:
+        """The shortlist the null's matrix was searched with ([] when exhaustive or not calibrated)."""
+        if not self.heldout_matrix(dataset, measure):
+            return []
+        return self.shortlist_file(dataset, "matched" if self.matched(dataset, measure) else "heldout", measure)
+
+    def null_alignment_recall(self, dataset: str, measure: str) -> list[str]:
+        """The recall check of the null's aligned matrix ([] for measures that are not aligned)."""
+        if measure not in self.aligned_measures or not self.heldout_matrix(dataset, measure):
+            return []
+        if self.matched(dataset, measure):
+            return [f"results/relict/{dataset}/matched/alignment_recall.json"]
+        return [f"results/relict/{self.training_of[dataset]}/heldout/alignment_recall.json"]
+
+    def matched_images(self, dataset: str) -> list[str]:
+        """The held-out scans degraded like this dataset's samples (the matched null's volumes)."""
+        return [f"results/relict/{dataset}/matched/images/{s.id}.nii.gz"
+                for s in self.plans[self.training_of[dataset]].heldout]
 
     def heldout_source_patients(self, dataset: str) -> dict[str, str]:
         """Synthetic volumes made from a held-out scan (spiked non-replicas) -> that scan's patient."""
@@ -412,15 +448,20 @@ class WorkflowPlan:
         return f"results/preprocessed/{self.training_of[dataset]}/images/{vid}.nii.gz"
 
     def split_images(self, dataset: str, split: str) -> list[str]:
-        """The volumes of one split: synthetic, train or heldout (real, preprocessed)."""
+        """The volumes of one split: synthetic, train or heldout (real, preprocessed), or matched
+        (the held-out scans degraded like the dataset's samples)."""
         if split == "synthetic":
             return self.synthetic_images(dataset)
+        if split == "matched":
+            return self.matched_images(dataset)
         return self.preprocessed_images(dataset, role=split)
 
     def split_ids(self, dataset: str, split: str) -> list[str]:
         p = self.plans[dataset]
         if split == "synthetic":
             return [v.id for v in p.synthetic]
+        if split == "matched":
+            return [s.id for s in self.plans[self.training_of[dataset]].heldout]
         return [s.id for s in (p.train if split == "train" else p.heldout)]
 
     # -- segmentation level ----------------------------------------------------------------

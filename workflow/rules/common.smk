@@ -88,7 +88,7 @@ ANON_DATASETS = PLAN.anonymise_datasets
 wildcard_constraints:
     dataset=_alternatives(DATASETS),
     measure=_alternatives(MEASURES + ALIGNED_MEASURES),
-    split="train|synthetic|heldout",
+    split="train|synthetic|heldout|matched",
     scan=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
 

@@ -10,9 +10,7 @@
 # the image-level measures run on those pairs and on a seeded sample of whole rows only.
 rule relict_shortlist:
     input:
-        queries=lambda wc: (
-            synthetic_images(wc.dataset) if wc.role == "synthetic" else preprocessed_images(wc.dataset, role="heldout")
-        ),
+        queries=lambda wc: PLAN.split_images(wc.dataset, wc.role),
         training=lambda wc: preprocessed_images(wc.dataset, role="train"),
         grid=grid_json,
     output:
@@ -22,14 +20,14 @@ rule relict_shortlist:
     benchmark:
         "benchmarks/relict_shortlist/{dataset}/{role}.tsv"
     wildcard_constraints:
-        role="synthetic|heldout",
+        role="synthetic|heldout|matched",
     conda:
         "../../envs/relict.yaml"
     threads: 1
     resources:
         mem_mb=lambda wc, input: PLAN.shortlist_mem_mb(input.grid, len(input.queries), len(input.training)),
     params:
-        query_ids=lambda wc: [v.id for v in (plan(wc).synthetic if wc.role == "synthetic" else plan(wc).heldout)],
+        query_ids=lambda wc: PLAN.split_ids(wc.dataset, wc.role),
         training_ids=lambda wc: [s.id for s in plan(wc).train],
         k=lambda wc: PLAN.shortlist_k[TRAINING_OF[wc.dataset]],
         search=PLAN.search,
@@ -255,22 +253,103 @@ use rule relict_align as relict_heldout_align with:
         n_closest=config["relict"]["n_closest"],
 
 
+# The matched null (relict.calibration.matched_null; synthaudit.relict.texture): a generator's
+# samples are smoother than scans, and calls calibrated on sharp scans take new patients. Per
+# synthetic set, its held-out scans are degraded to the samples' own blur and noise (fitted in
+# relict_texture, from the samples only) and scored again, the same measures, search and code.
+rule relict_matched_heldout:
+    input:
+        texture="results/relict/{dataset}/texture.json",
+        scan=lambda wc: f"results/preprocessed/{TRAINING_OF[wc.dataset]}/images/{wc.scan}.nii.gz",
+    output:
+        "results/relict/{dataset}/matched/images/{scan}.nii.gz",
+    log:
+        "logs/relict_matched_heldout/{dataset}/{scan}.log",
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.matched_datasets),
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        seed=lambda wc: CALIBRATION["matched_seed"] + PLAN.split_ids(wc.dataset, "matched").index(wc.scan),
+    script:
+        "../scripts/relict_matched_heldout.py"
+
+
+use rule relict_measure as relict_matched_measure with:
+    input:
+        synthetic=lambda wc: PLAN.matched_images(wc.dataset),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        training_qc=training_qc,
+        grid=grid_json,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "matched", wc.measure),
+    output:
+        "results/relict/{dataset}/matched/{measure}.npz",
+    log:
+        "logs/relict_matched_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_matched_measure/{dataset}/{measure}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.matched_datasets),
+        measure=_alternatives(IMAGE_MEASURES),
+    params:
+        synthetic_ids=lambda wc: PLAN.split_ids(wc.dataset, "matched"),
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        ssim=config["relict"]["ssim"],
+
+
+use rule relict_feature_measure as relict_matched_feature_measure with:
+    input:
+        synthetic="results/relict/features/{dataset}/matched.npz",
+        training=training_features,
+    output:
+        "results/relict/{dataset}/matched/{measure}.npz",
+    log:
+        "logs/relict_matched_feature_measure/{dataset}/{measure}.log",
+    benchmark:
+        "benchmarks/relict_matched_measure/{dataset}/{measure}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.matched_datasets),
+        measure=_alternatives(FEATURE_MEASURES),
+
+
+use rule relict_align as relict_matched_align with:
+    input:
+        synthetic=lambda wc: PLAN.matched_images(wc.dataset),
+        training=lambda wc: preprocessed_images(wc.dataset, role="train"),
+        plain=lambda wc: [f"results/relict/{wc.dataset}/matched/{m}.npz" for m in ALIGN["measures"]],
+        grid=grid_json,
+        shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "matched"),
+    output:
+        measures=[f"results/relict/{{dataset}}/matched/{m}.npz" for m in ALIGNED_MEASURES],
+        table="results/relict/{dataset}/matched/alignment.tsv",
+        recall="results/relict/{dataset}/matched/alignment_recall.json",
+    log:
+        "logs/relict_matched_align/{dataset}.log",
+    benchmark:
+        "benchmarks/relict_matched_align/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.matched_aligned_datasets),
+    params:
+        alignment=ALIGN,
+        measures=ALIGN["measures"],
+        synthetic_ids=lambda wc: PLAN.split_ids(wc.dataset, "matched"),
+        training_ids=lambda wc: [s.id for s in plan(wc).train],
+        n_closest=config["relict"]["n_closest"],
+
+
 rule relict_ratio:
     input:
         measure="results/relict/{dataset}/measures/{measure}.npz",
         heldout=heldout_matrix,
         shortlist=lambda wc: PLAN.shortlist_file(wc.dataset, "synthetic", wc.measure),
-        heldout_shortlist=lambda wc: (
-            PLAN.shortlist_file(wc.dataset, "heldout", wc.measure) if heldout_matrix(wc) else []
-        ),
+        heldout_shortlist=lambda wc: PLAN.null_shortlist(wc.dataset, wc.measure),
         alignment_recall=lambda wc: (
             [f"results/relict/{wc.dataset}/alignment_recall.json"] if wc.measure in ALIGNED_MEASURES else []
         ),
-        heldout_alignment_recall=lambda wc: (
-            [f"results/relict/{TRAINING_OF[wc.dataset]}/heldout/alignment_recall.json"]
-            if wc.measure in ALIGNED_MEASURES and heldout_matrix(wc)
-            else []
-        ),
+        heldout_alignment_recall=lambda wc: PLAN.null_alignment_recall(wc.dataset, wc.measure),
     output:
         ranking="results/relict/{dataset}/ranking_{measure}.tsv",
         null="results/relict/{dataset}/calibration/{measure}.tsv",
@@ -287,6 +366,7 @@ rule relict_ratio:
         rate=CALIBRATION["rate"],
         min_recall=PLAN.search["recall"]["min_recall"],
         heldout_patients=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].heldout},
+        training_patients=lambda wc: {s.id: s.patient_id for s in plan(wc).train},
         source_patients=heldout_source_patients,
     script:
         "../scripts/relict_ratio.py"
@@ -387,14 +467,16 @@ rule relict_texture:
     log:
         "logs/relict_texture/{dataset}.log",
     wildcard_constraints:
-        dataset=_alternatives(COPIES_DATASETS),
+        dataset=_alternatives(PLAN.texture_datasets),
     conda:
         "../../envs/relict.yaml"
     threads: 1
     resources:
         mem_mb=3000,
     params:
-        percentiles=config["relict"]["calibration"].get("texture_range_percentiles"),  # None: the module default
+        percentiles=CALIBRATION.get("texture_range_percentiles"),  # None: the module default
+        seed=CALIBRATION["matched_seed"],
+        matched=lambda wc: wc.dataset in PLAN.matched_datasets,
     script:
         "../scripts/relict_texture.py"
 
@@ -434,6 +516,7 @@ rule relict_copies:
         patient_of=lambda wc: {s.id: s.patient_id for s in plan(wc).train},
         source_patients=heldout_source_patients,
         replica_min_score=config["relict"]["evaluation"]["replica_min_score"],
+        matched=lambda wc: [m for m in CALIBRATED[wc.dataset] if PLAN.matched(wc.dataset, m)],
     script:
         "../scripts/relict_copies.py"
 

@@ -53,7 +53,10 @@ with logged(snakemake.log[0]) as log:
     write_tsv(snakemake.output.table, rows, columns)
     summary = {"rate": rate, "n_heldout": len(held_ids), "min_rate": calibration.min_rate(len(held_ids)),
                "combined": headline(patient_of, combined_calls),
-               "measures": {m: headline(patient_of, per_measure[m]) for m in measures}}
+               "measures": {m: headline(patient_of, per_measure[m]) for m in measures},
+               # the matched null: the measures (all but the segmentation level's) calibrated against the
+               # held-out scans degraded like these samples (relict.calibration.matched_null)
+               "matched_null": list(snakemake.params.matched)}
     rated = [k for k, s in enumerate(synthetic_ids) if s in truth]
     if rated:  # a rating (or a spiked set's truth): how the combined calibrated calls did
         perf = calibrated_performance(both["called"][rated], [truth[synthetic_ids[k]] == "replica" for k in rated], rate)

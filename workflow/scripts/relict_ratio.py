@@ -41,7 +41,14 @@ with logged(snakemake.log[0]) as log:
         held = matrix.load(snakemake.input.heldout, training_ids=training_ids, expected=snakemake.input.measure)
         held_ids = held.synthetic_ids
         patients = snakemake.params.heldout_patients
-        ratio = distance_ratio(held.distances, snakemake.params.n_closest, warn=lambda message: None)
+        # leave-patient-out: a held-out scan is never scored against its own patient's training scans
+        held_distances, n_own = calibration.leave_patient_out(
+            held.distances, [patients[i] for i in held.synthetic_ids],
+            [snakemake.params.training_patients[t] for t in training_ids])
+        if n_own:
+            log.warning("%s: %d held-out scans belong to patients with training scans; those scans are left out of "
+                        "their ratios (a held-out scan should be a new patient's)", measure, n_own)
+        ratio = distance_ratio(held_distances, snakemake.params.n_closest, warn=lambda message: None)
         null = calibration.Null(held_ids, [patients[i] for i in held_ids],
                                 ratio.ratio if use_ratio else ratio.closest_distance,
                                 [training_ids[j] for j in ratio.closest])
@@ -70,7 +77,7 @@ with logged(snakemake.log[0]) as log:
         held_shortlist = (search.aligned_to(search.Shortlist.load(snakemake.input.heldout_shortlist[0]), held_ids,
                                             training_ids, snakemake.input.heldout)
                           if snakemake.input.heldout_shortlist else None)
-        heldout = (held.distances, held_shortlist)
+        heldout = (held_distances, held_shortlist)
         held_patients = [patients[i] for i in held_ids]
         held_closest = [training_ids[j] for j in ratio.closest]
         syn_sources = [sources.get(i) for i in mat.synthetic_ids]

@@ -61,6 +61,27 @@ class Null:
             raise ValueError("held-out scores contain NaN")
 
 
+def leave_patient_out(distances: np.ndarray, heldout_patients: Sequence[str], training_patients: Sequence[str]
+                      ) -> tuple[np.ndarray, int]:
+    """Held-out distances with each scan's own patient's training scans removed (+inf: never among
+    the n closest, as a pair the shortlist did not compute).
+
+    Why: a held-out scan of a patient who also has training scans (a second visit put in the
+    held-out folder) is closest to its own patient's scan, a low ratio that is no new patient's;
+    after alignment more so. Such scores would lower the null's floor and the calls' threshold
+    with it. Returns ``(distances, n_scans_affected)``.
+    """
+    d = np.array(distances, dtype=np.float64, copy=True)
+    train = np.asarray(training_patients, dtype=object)
+    affected = 0
+    for i, p in enumerate(heldout_patients):
+        own = train == p
+        if own.any():
+            d[i, own] = np.inf
+            affected += 1
+    return d, affected
+
+
 def min_rate(n: int) -> float:
     """The smallest false-positive rate ``n`` null scores can support: 1 / (n + 1)."""
     return 1.0 / (n + 1)

@@ -121,24 +121,107 @@ def compare_sets(synthetic: list[dict], heldout: list[dict], curve: list[float |
     return out
 
 
-def texture_line(t: dict) -> list[str]:
-    """The verdict's smoothness lines: the numbers, and a warning when the set differs."""
+def texture_line(t: dict, matched: bool = False) -> list[str]:
+    """The verdict's smoothness lines: the numbers, the blur and noise that make the held-out scans
+    look like the samples, and a warning when the set differs and its calls were calibrated on the
+    scans as they are (``matched``: against the scans degraded by that fit, the matched null)."""
     syn, held = t["synthetic"], t["heldout"]
     span = "-".join(f"{p:g}" for p in t.get("range_percentiles", RANGE_PERCENTILES)) + " %"
     if not (syn.get("sharpness") and held.get("sharpness")):
         return ["  smoothness check: not measured (too few voxels inside the intensity range)"]
+    fit = t.get("degradation")
+    like = (f"like them blurred by {fit['blur_vox']:.2g} voxel with noise SD {fit['noise_sd']:.3g} added" if fit
+            else f"like them blurred by {t['effective_blur_vox']:.2g} voxel")
     line = (f"  smoothness check: sharpness {syn['sharpness']['median']:.3g} against the held-out scans' "
-            f"{held['sharpness']['median']:.3g} ({span} {held['sharpness']['low']:.3g}-{held['sharpness']['high']:.3g})"
-            f", like them blurred by {t['effective_blur_vox']:.2g} voxel")
+            f"{held['sharpness']['median']:.3g} ({span} {held['sharpness']['low']:.3g}-{held['sharpness']['high']:.3g})")
     if syn.get("noise_sd") and held.get("noise_sd"):
         line += (f"; noise SD {syn['noise_sd']['median']:.3g} against {held['noise_sd']['median']:.3g} "
                  f"({span} {held['noise_sd']['low']:.3g}-{held['noise_sd']['high']:.3g})")
-    lines = [line]
-    if t["differs"]:
+    lines = [line + f"; {like}"]
+    if matched and fit:
+        lines.append("    calls calibrated against the held-out scans degraded so (the matched null, "
+                     "relict.calibration.matched_null)")
+    elif t["differs"]:
         what = " and ".join({"noise_sd": "noise", "sharpness": "sharpness"}[k] for k in t["differs"])
         verb = "lie" if len(t["differs"]) > 1 else "lies"
         lines.append(f"    WARNING: the samples' {what} {verb} outside the held-out scans' range: the calibrated "
                      "thresholds come from scans unlike these samples, so the held-out false-positive rate may "
                      "not hold for them (smoother samples are closer to every training volume, new patients' "
-                     "too); read the calls with the rating-tuned or aligned measures beside them")
+                     "too); set relict.calibration.matched_null to calibrate against scans degraded to match")
     return lines
+
+
+# -- the matched null: held-out scans degraded like the samples --------------------------------
+
+MATCH_SIGMAS_VOX = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0, 1.3, 1.6, 2.0, 2.5, 3.0)
+MATCH_SCANS = 8  # held-out scans the fit degrades at each sigma (the first ones, in order)
+
+
+def degrade(vol: np.ndarray, blur_vox: float, noise_sd: float, seed: int) -> np.ndarray:
+    """A held-out scan made to look like the samples: a Gaussian blur of ``blur_vox`` voxels, then
+    white noise of SD ``noise_sd`` (seeded), clipped to the scan's own intensity range (a window's
+    air and bone stay where the preprocessing put them, as in the samples)."""
+    v = np.asarray(vol, dtype=np.float32)
+    out = ndimage.gaussian_filter(v, float(blur_vox)) if blur_vox > 0 else v.copy()
+    if noise_sd > 0:
+        out = out + np.random.default_rng(seed).normal(0.0, float(noise_sd), out.shape).astype(np.float32)
+    return np.clip(out, v.min(), v.max()).astype(np.float32)
+
+
+def fit_degradation(heldout: list[np.ndarray], noise_sd: float | None, sharpness: float | None, seed: int,
+                    sigmas=MATCH_SIGMAS_VOX, n_scans: int = MATCH_SCANS) -> dict:
+    """The blur and noise that bring the held-out scans to the samples' median noise SD and sharpness.
+
+    Why jointly: noise raises sharpness, so a noisy smooth sample reads as less blurred than it is
+    when blur alone is fitted. For each sigma the blurred scans get the white noise that lifts their
+    median noise SD to the samples' (none when they are already noisier), and the sigma where the
+    degraded scans' median sharpness meets the samples' is interpolated. Only the samples' own
+    texture is used, never how they were made. Samples sharper and less noisy than the scans leave
+    the scans as they are (a scan cannot be sharpened): ``{"blur_vox": 0, "noise_sd": 0}``.
+
+    Returns ``{"blur_vox", "noise_sd", "sigmas", "added_noise", "sharpness", "n_scans"}``: the fit
+    and its curve (per sigma: the noise added and the degraded scans' median sharpness).
+    """
+    scans = [np.asarray(v, np.float32) for v in heldout[:n_scans]]
+    out = {"sigmas": list(sigmas), "added_noise": [], "sharpness": [], "n_scans": len(scans),
+           "blur_vox": 0.0, "noise_sd": 0.0}
+    if not scans or noise_sd is None or sharpness is None:
+        return out
+    for s in sigmas:
+        blurred = [ndimage.gaussian_filter(v, s) if s > 0 else v for v in scans]
+        noise = [t["noise_sd"] for t in map(volume_texture, blurred) if t["noise_sd"] is not None]
+        add = float(np.sqrt(max(noise_sd ** 2 - float(np.median(noise)) ** 2, 0.0))) if noise else 0.0
+        sharp = [volume_texture(degrade(v, s, add, seed + i))["sharpness"] for i, v in enumerate(scans)]
+        sharp = [x for x in sharp if x is not None]
+        out["added_noise"].append(add)
+        out["sharpness"].append(float(np.median(sharp)) if sharp else None)
+    pts = [(s, a, c) for s, a, c in zip(sigmas, out["added_noise"], out["sharpness"]) if c is not None]
+    if not pts:
+        return out
+    s, a, c = (np.array(x) for x in zip(*pts))
+    if sharpness >= c[0]:
+        blur = 0.0
+    elif sharpness <= c.min():
+        blur = float(s[int(np.argmin(c))])
+    else:  # sharpness falls with sigma; the first crossing
+        k = int(np.flatnonzero(c <= sharpness)[0])
+        blur = float(np.interp(sharpness, [c[k], c[k - 1]], [s[k], s[k - 1]]))
+    out["blur_vox"], out["noise_sd"] = blur, float(np.interp(blur, s, a))
+    return out
+
+
+def matched_degradation(summary: dict, heldout: list[np.ndarray], seed: int) -> dict:
+    """The matched null's degradation for a set whose texture ``summary`` (:func:`compare_sets`) is
+    known: the joint fit when the samples' noise or sharpness lies outside the held-out scans'
+    range, none when both lie inside it. Why not always fit: where noise dominates sharpness,
+    blur and re-added noise trade off along a flat curve, and samples that already look like the
+    scans would be matched to scans blurred for nothing."""
+    syn = summary["synthetic"]
+    if not summary["differs"]:
+        out = fit_degradation([], None, None, seed)
+        out["reason"] = "the samples' noise and sharpness lie inside the held-out scans' range: scans as they are"
+        return out
+    out = fit_degradation(heldout, (syn["noise_sd"] or {}).get("median"), (syn["sharpness"] or {}).get("median"),
+                          seed)
+    out["reason"] = "the samples' " + " and ".join(summary["differs"]) + " lie outside the held-out scans' range"
+    return out

@@ -61,6 +61,7 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     if copies:
         out["rate"], out["n_heldout"] = copies["rate"], copies["n_heldout"]
         out["combined"] = copies["combined"]
+        out["matched_null"] = copies.get("matched_null") or []
         table = base / "copies.tsv"
         out["copied_patients"] = [(r["patient_id"], r["copied_by"].split()) for r in read_tsv(table)
                                   if r.get("combined_copies", "0") not in ("", "0")] if table.is_file() else []
@@ -126,7 +127,7 @@ def verdict_lines(v: dict) -> list[str]:
     else:
         lines.append("  no calibrated calls (no held-out scans)")
     if "texture" in v:
-        lines += texture_line(v["texture"])
+        lines += texture_line(v["texture"], matched=bool(v.get("matched_null")))
     per = []
     for m, e in v["measures"].items():
         parts = []
