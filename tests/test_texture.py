@@ -133,3 +133,32 @@ def test_the_verdict_says_when_calls_were_calibrated_against_the_matched_null():
     assert "WARNING" in off[1] and "matched_null" in off[1]
     assert "WARNING" not in " ".join(on) and "matched null" in on[1]
     assert f"{fit['blur_vox']:.2g} voxel" in on[0]
+
+
+def test_a_mixed_set_is_not_matched_and_the_verdict_says_why():
+    """Half the samples like the scans, half blurred (the demo's spiked sets): the median lies
+    outside the held-out range, but one degradation fitted to it fits neither half."""
+    held_vols = [scan(s) for s in range(8)]
+    held = [volume_texture(v) for v in held_vols]
+    rows = [volume_texture(scan(300 + s, 1.5 if s % 2 else 0.0)) for s in range(9)]
+    t = compare_sets(rows, held, blur_curve(held_vols[:4]))
+    assert t["differs"], t
+    fit = matched_degradation(t, held_vols, seed=0, synthetic=rows)
+    assert fit["blur_vox"] == 0.0 and fit["noise_sd"] == 0.0 and "mixture" in fit["reason"]
+    t["degradation"] = fit
+    lines = texture_line(t, matched=True)
+    assert "WARNING" in lines[1] and "matched null was not used" in lines[1] and "mixture" in lines[1]
+    uniform = [volume_texture(scan(300 + s, 1.5)) for s in range(9)]
+    t2 = compare_sets(uniform, held, blur_curve(held_vols[:4]))
+    assert matched_degradation(t2, held_vols, seed=0, synthetic=uniform)["blur_vox"] > 1.0
+
+
+def test_degrade_leaves_a_windows_clipped_plateaus_flat():
+    """Noise on the air clipped at the window's floor would survive only where positive: a one-sided
+    error over the whole background in every distance of the null."""
+    v = scan(4)
+    assert (v == 0).mean() > 0.1  # the air plateau
+    d = degrade(v, 0.0, 0.05, seed=1)
+    assert np.all(d[v == 0] == 0) and np.all(d[v == 1] == 1)
+    inside = (v > 0) & (v < 1)
+    assert np.std(d[inside] - v[inside]) > 0.03

@@ -2,16 +2,19 @@
 (the held-out scans degraded like each set's samples) and against the held-out scans as they are.
 
 Why (issue 43): a generator's samples are smoother than scans; calls calibrated on sharp scans
-took 11 of 28 new patients at blur 0.6 voxel. One workspace holds the cohort's training and
-held-out scans once and one synthetic set per blur level (``training_from``), so the training
-side is computed once. The "matched" columns are the workflow's own calls (copies.json,
-calibrated_calls.tsv); the "as they are" columns recompute the same calls (same library
-functions, same rate) against the unmatched held-out matrices, which the workflow also writes.
+took 11 of 28 new patients at blur 0.6 voxel (the workflow's real-anatomy audit). The cohorts
+share their training and held-out scans and differ only in the samples' blur. Each set goes
+through the workflow's own library functions: the texture and the degradation fit
+(``relict.texture.compare_sets``, ``matched_degradation``, ``degrade``, with the workflow's
+seeds), the plain image measures (``all_pairs_image_measures``: MAE, RMSE, SSIM, NCC), RELICT's
+ratio with n = ``n_closest``, the calibration per measure and the combined call
+(``relict.calibration``) at the workflow's rate. The aligned and feature levels are left out:
+their jobs take about half an hour per set on 2 cores; the workflow's own run at blur 0.6, with
+both, is ``run.sh audit``.
 
 Usage:
-  blur_table.py setup --workspace W --set NAME=COHORT ...     adds the sets to W/params.yaml
-  blur_table.py targets --workspace W                         the unmatched held-out matrices (stdout)
-  blur_table.py score --workspace W --set NAME=COHORT ... --out results/bench/real_anatomy_blur.json
+  blur_table.py compute --set COHORT ... [--n-closest 50] [--rate 0.05] --out results/bench/real_anatomy_blur_cohort.json
+  blur_table.py doc [--write]       docs/real_anatomy.md's table from the committed JSON (tests check it)
 """
 
 from __future__ import annotations
@@ -19,16 +22,19 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import time
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from synthaudit.relict import calibration, matrix
-from synthaudit.relict.ratio import distance_ratio
-from synthaudit.workspace import dump_round_trip, load_round_trip, set_value
-
+ROOT = Path(__file__).resolve().parents[2]
+RESULT = "results/bench/real_anatomy_blur_cohort.json"
+PAGE = "docs/real_anatomy.md"
+MARKERS = ("<!-- blur_table: bench/real_anatomy/blur_table.py doc --write -->", "<!-- /blur_table -->")
+MEASURES = ("mae", "rmse", "ssim", "ncc")
 AUGMENTED = ("flipped", "shifted", "rotated")
+TOLERANCE = 0.02  # largest difference (of the intensity range) between two builds' training scans
 KINDS = ("exact", "deformed") + AUGMENTED
 
 
@@ -37,127 +43,114 @@ def read_tsv(path: Path) -> list[dict]:
         return list(csv.DictReader(f, delimiter="\t"))
 
 
-def sets(args) -> dict[str, Path]:
-    return {s.split("=", 1)[0]: Path(s.split("=", 1)[1]).resolve() for s in args.set}
+def load_folder(folder: Path) -> tuple[list[str], np.ndarray]:
+    import nibabel as nib
+
+    files = sorted(folder.glob("*.nii.gz"))
+    return [f.name.removesuffix(".nii.gz") for f in files], np.stack(
+        [np.asarray(nib.load(str(f)).dataobj, np.float32) for f in files])
 
 
-def setup(ws: Path, named: dict[str, Path]) -> None:
-    doc = load_round_trip((ws / "params.yaml").read_text())
-    base = next(iter(doc["datasets"]))
-    for name, cohort in named.items():
-        if name != base:
-            doc["datasets"][name] = {"training_from": base,
-                                     "synthetic": {"source": "folder", "folder": str(cohort / "synthetic")},
-                                     "ratings": str(cohort / "ratings.tsv")}
-    aligned = doc["relict"]["alignment"]["datasets"]  # init aligns its own set: align every blur alike
-    if base in aligned:
-        aligned.extend(n for n in named if n not in aligned)
-    # the local level is not calibrated on the matched null (docs/workflow.md 7b): not run here
-    text = set_value(dump_round_trip(doc), "relict.local.enabled", False)
-    (ws / "params.yaml").write_text(text)
+def distances(queries: np.ndarray, training: np.ndarray, data_range: float) -> dict[str, np.ndarray]:
+    """Every plain image measure as a distance (similarities through the registry, as the workflow)."""
+    from synthaudit import registry
+    from synthaudit.relict.image_measures import all_pairs_image_measures
+
+    raw = all_pairs_image_measures(queries, training, list(MEASURES), data_range=data_range, device="cpu")
+    return {m: registry.to_distance(m, raw[m]) for m in MEASURES}
 
 
-def targets(ws: Path) -> list[str]:
-    """The unmatched held-out matrices of the workspace's own training set (what the table compares with)."""
-    import os
+def calls(syn: dict, held: dict, held_patients: list[str], training_patients: list[str], training_ids: list[str],
+          n: int, rate: float) -> dict:
+    """Per measure and combined: the synthetic volumes' calls against this null, and the held-out
+    scans' own (leave-patient-out) calls, exactly as relict_ratio and relict_copies make them."""
+    from synthaudit.relict import calibration
+    from synthaudit.relict.ratio import distance_ratio
 
-    from synthaudit.config import load_params
-    from synthaudit.workflow_plan import WorkflowPlan
-
-    os.chdir(ws)
-    plan = WorkflowPlan(load_params("params.yaml"))
-    return [f"results/relict/{b}/heldout/{m}.npz" for b in plan.calibration_bases for m in plan.heldout_measures[b]
-            if m not in plan.seg_measures]
-
-
-def calls_as_they_are(ws: Path, base: str, dataset: str, measures: list[str], rate: float, n: int) -> dict:
-    """The combined calls of ``dataset`` against the unmatched held-out matrices."""
-    ranks = {m: {r["synthetic_id"]: r for r in read_tsv(ws / f"results/relict/{dataset}/ranking_{m}.tsv")}
-             for m in measures}
-    ids = sorted(ranks[measures[0]])
-    fprs, null_fprs, null = {}, {}, None
-    train_patients = {r["id"]: r["patient_id"] for r in read_tsv(ws / "data/manifest.tsv")}
-    for m in measures:
-        held = matrix.load(ws / f"results/relict/{base}/heldout/{m}.npz")
-        patients = {row["heldout_id"]: row["patient_id"]
-                    for row in read_tsv(ws / f"results/relict/{dataset}/calibration/{m}.tsv")}
-        masked, _ = calibration.leave_patient_out(held.distances, [patients[i] for i in held.synthetic_ids],
-                                                  [train_patients[t] for t in held.training_ids])
+    fprs, null_fprs, per, null = {}, {}, {}, None
+    for m in MEASURES:
+        masked, _ = calibration.leave_patient_out(held[m], held_patients, training_patients)
         r = distance_ratio(masked, n, warn=lambda _: None)
-        null = calibration.Null(held.synthetic_ids, [patients[i] for i in held.synthetic_ids], r.ratio,
-                                [held.training_ids[j] for j in r.closest])
-        fprs[m] = calibration.calibrate(np.array([float(ranks[m][s]["score"]) for s in ids]), null, rate)["fpr"]
+        null = calibration.Null([str(i) for i in range(len(held_patients))], held_patients, r.ratio,
+                                [training_ids[j] for j in r.closest])
+        got = calibration.calibrate(distance_ratio(syn[m], n, warn=lambda _: None).ratio, null, rate)
+        fprs[m], per[m] = got["fpr"], got["called"]
         null_fprs[m] = calibration.heldout_check(null, rate)["fpr"]
     both = calibration.combined(fprs, null_fprs, null, rate)
-    held_called = calibration.false_positive_rates(
-        np.min(np.stack(list(null_fprs.values())), axis=0), np.min(np.stack(list(null_fprs.values())), axis=0),
-        calibration.pools_without(null.patients, null))[0] <= rate
-    per = {m: dict(zip(ids, fprs[m] <= rate)) for m in measures}
-    return {"combined": dict(zip(ids, both["called"])), "per_measure": per, "heldout_called": int(held_called.sum()),
-            "n_heldout": len(null.ids)}
+    stat = np.min(np.stack([null_fprs[m] for m in MEASURES]), axis=0)
+    held_called = calibration.false_positive_rates(stat, stat, calibration.pools_without(held_patients, null))[0] <= rate
+    return {"combined": both["called"], "per_measure": per, "heldout_called": int(held_called.sum())}
 
 
-def calls_matched(ws: Path, dataset: str, measures: list[str], rate: float) -> dict:
-    """The workflow's own combined calls (against the matched null where it is on)."""
-    rows = read_tsv(ws / f"results/relict/{dataset}/calibrated_calls.tsv")
-    nulls = {m: read_tsv(ws / f"results/relict/{dataset}/calibration/{m}.tsv") for m in measures}
-    stat = np.min(np.array([[float(r["fpr"]) for r in nulls[m]] for m in measures]), axis=0)
-    patients = [r["patient_id"] for r in nulls[measures[0]]]
-    null = calibration.Null([r["heldout_id"] for r in nulls[measures[0]]], patients, np.zeros(len(patients)),
-                            patients)
-    held_called = calibration.false_positive_rates(stat, stat, calibration.pools_without(patients, null))[0] <= rate
-    per = {m: {r["synthetic_id"]: r["calibrated_replica"] in ("1", "True", "true")
-               for r in read_tsv(ws / f"results/relict/{dataset}/ranking_{m}.tsv")} for m in measures}
-    return {"combined": {r["synthetic_id"]: r["combined_replica"] == "1" for r in rows}, "per_measure": per,
-            "heldout_called": int(held_called.sum()), "n_heldout": len(patients)}
-
-
-def tally(calls: dict[str, bool], truth: dict[str, dict]) -> dict:
-    out = {}
-    for kind in KINDS + ("new",):
-        ids = [s for s in calls if truth[s]["kind"] == kind]
-        out[kind] = {"n": len(ids), "called": int(sum(calls[s] for s in ids))}
-    aug = [s for s in calls if truth[s]["kind"] in AUGMENTED]
-    new = [s for s in calls if truth[s]["kind"] == "new"]
-    copies = [s for s in calls if truth[s]["kind"] != "new"]
-    out["augmented_sensitivity"] = sum(calls[s] for s in aug) / len(aug) if aug else None
-    out["sensitivity"] = sum(calls[s] for s in copies) / len(copies) if copies else None
-    out["specificity"] = 1 - sum(calls[s] for s in new) / len(new) if new else None
+def tally(called: np.ndarray, kinds: list[str]) -> dict:
+    kinds = np.asarray(kinds)
+    out = {k: {"n": int((kinds == k).sum()), "called": int(called[kinds == k].sum())} for k in KINDS + ("new",)}
+    aug, new, copy = np.isin(kinds, AUGMENTED), kinds == "new", kinds != "new"
+    out["augmented_sensitivity"] = float(called[aug].mean()) if aug.any() else None
+    out["sensitivity"] = float(called[copy].mean()) if copy.any() else None
+    out["specificity"] = float(1 - called[new].mean()) if new.any() else None
     return out
 
 
-def score(ws: Path, named: dict[str, Path]) -> dict:
-    params = yaml.safe_load((ws / "params.yaml").read_text())
-    base = next(iter(params["datasets"]))
-    rate, n = params["relict"]["calibration"]["rate"], params["relict"]["n_closest"]
-    out = {"workspace": str(ws), "rate": rate, "n_closest": n, "sets": {}}
-    for name, cohort in named.items():
+def compute(cohorts: list[Path], n: int, rate: float, seed: int) -> dict:
+    from synthaudit.relict import texture
+
+    first = cohorts[0]
+    train_ids, training = load_folder(first / "training")
+    held_ids, heldout = load_folder(first / "heldout")
+    patient = lambda i: i.split("_")[0]  # noqa: E731 - the cohort's ids: <patient>_s<k>
+    train_patients, held_patients = [patient(i) for i in train_ids], [patient(i) for i in held_ids]
+    data_range = float(training.max() - training.min())
+    held_tex = [texture.volume_texture(v) for v in heldout]
+    curve = texture.blur_curve(list(heldout))
+    t0 = time.perf_counter()
+    held_d = distances(heldout, training, data_range)
+    out = {"n_closest": n, "rate": rate, "matched_seed": seed, "measures": list(MEASURES),
+           "n_training": len(train_ids), "n_heldout": len(held_ids), "sets": {}}
+    for cohort in cohorts:
+        # the same scans in every cohort, or the table means nothing; build_cohort.py is seeded but not
+        # bit-exact between runs (its registrations: up to about 1 % of the range here), so the first
+        # cohort's training and held-out scans serve every set, and the difference is recorded
+        gap = 0.0
+        for sub in ("training", "heldout"):
+            ids, vols = load_folder(cohort / sub)
+            ref = training if sub == "training" else heldout
+            if ids != (train_ids if sub == "training" else held_ids):
+                raise SystemExit(f"{cohort / sub}: not the same scans as {first / sub}")
+            gap = max(gap, float(np.abs(vols - ref).max()) / data_range)
+            if gap > TOLERANCE:
+                raise SystemExit(f"{cohort / sub}: differs from {first / sub} by {gap:.3g} of the range")
+        cfg = json.loads((cohort / "cohort.json").read_text())["config"]
         truth = {r["synthetic_id"]: r for r in read_tsv(cohort / "truth.tsv")}
-        blur = json.loads((cohort / "cohort.json").read_text())["config"]["generator_blur_vox"]
-        copies = json.loads((ws / f"results/relict/{name}/copies.json").read_text())
-        measures = sorted(copies["measures"])
-        texture = json.loads((ws / f"results/relict/{name}/texture.json").read_text())
-        matched = calls_matched(ws, name, measures, rate)
-        plain = calls_as_they_are(ws, base, name, measures, rate, n)
-        out["sets"][name] = {
-            "generator_blur_vox": blur, "measures": measures, "matched_measures": copies.get("matched_null", []),
-            "fitted": {k: texture["degradation"][k] for k in ("blur_vox", "noise_sd")},
-            "curve_blur_vox": texture["effective_blur_vox"],
-            "noise_sd": {"synthetic": texture["synthetic"]["noise_sd"]["median"],
-                         "heldout": texture["heldout"]["noise_sd"]["median"]},
-            "matched": {"combined": tally(matched["combined"], truth), "heldout_called": matched["heldout_called"],
-                        "per_measure": {m: tally(matched["per_measure"][m], truth) for m in measures}},
-            "as_they_are": {"combined": tally(plain["combined"], truth), "heldout_called": plain["heldout_called"],
-                            "per_measure": {m: tally(plain["per_measure"][m], truth) for m in measures}},
-            "n_heldout": matched["n_heldout"]}
+        syn_ids, synthetic = load_folder(cohort / "synthetic")
+        kinds = [truth[s]["kind"] for s in syn_ids]
+        summary = texture.compare_sets([texture.volume_texture(v) for v in synthetic], held_tex, curve)
+        fit = texture.matched_degradation(summary, list(heldout), seed)
+        matched = np.stack([texture.degrade(v, fit["blur_vox"], fit["noise_sd"], seed + i)
+                            for i, v in enumerate(heldout)])
+        syn_d = distances(synthetic, training, data_range)
+        res = {"as_they_are": calls(syn_d, held_d, held_patients, train_patients, train_ids, n, rate),
+               "matched": calls(syn_d, distances(matched, training, data_range), held_patients, train_patients,
+                                train_ids, n, rate)}
+        out["sets"][cohort.name] = {
+            "generator_blur_vox": cfg["generator_blur_vox"], "generator_noise": cfg["generator_noise"],
+            "fitted": {k: fit[k] for k in ("blur_vox", "noise_sd")}, "fit_reason": fit["reason"],
+            "differs": summary["differs"], "scans_max_difference_of_range": gap,
+            **{null: {"combined": tally(r["combined"], kinds), "heldout_called": r["heldout_called"],
+                      "per_measure": {m: tally(r["per_measure"][m], kinds) for m in MEASURES}}
+               for null, r in res.items()}}
+        print(f"{cohort.name}: fitted blur {fit['blur_vox']:.2f}, noise {fit['noise_sd']:.3f}; new patients called "
+              f"{out['sets'][cohort.name]['as_they_are']['combined']['new']['called']} (as they are), "
+              f"{out['sets'][cohort.name]['matched']['combined']['new']['called']} (matched); "
+              f"{time.perf_counter() - t0:.0f} s", flush=True)
     return out
 
 
 def markdown(res: dict) -> str:
     lines = ["| generator blur (voxel) | fitted blur / added noise | null | exact | deformed | flipped | shifted | "
-             "rotated | augmented sensitivity | new patients called | specificity | held-out called (left out) |",
+             "rotated | augmented found | new patients called | specificity | held-out called (left out) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for name, s in res["sets"].items():
+    for s in sorted(res["sets"].values(), key=lambda s: s["generator_blur_vox"]):
         for null in ("as_they_are", "matched"):
             c = s[null]["combined"]
             lines.append(
@@ -165,24 +158,40 @@ def markdown(res: dict) -> str:
                 f"{'matched' if null == 'matched' else 'as they are'} | "
                 + " | ".join(f"{c[k]['called']}/{c[k]['n']}" for k in KINDS)
                 + f" | {c['augmented_sensitivity']:.2f} | {c['new']['called']}/{c['new']['n']} | "
-                  f"{c['specificity']:.3f} | {s[null]['heldout_called']}/{s['n_heldout']} |")
+                  f"{c['specificity']:.3f} | {s[null]['heldout_called']}/{res['n_heldout']} |")
     return "\n".join(lines) + "\n"
+
+
+def page_with_table(page: str, table: str) -> str:
+    """``page`` with the text between the markers replaced by ``table``."""
+    start, end = page.index(MARKERS[0]) + len(MARKERS[0]), page.index(MARKERS[1])
+    return page[:start] + "\n" + table + page[end:]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["setup", "targets", "score"])
-    ap.add_argument("--workspace", required=True, type=Path)
-    ap.add_argument("--set", action="append", default=[], help="NAME=COHORT folder (the first is the workspace's own)")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("mode", choices=["compute", "doc"])
+    ap.add_argument("--set", action="append", default=[], type=Path, help="a cohort folder (build_cohort.py)")
+    params = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]
+    ap.add_argument("--n-closest", type=int, help="default: what `synthaudit init` writes for the cohort "
+                    "(RELICT's 50, at most the training set)")
+    ap.add_argument("--rate", type=float, default=params["calibration"]["rate"])
+    ap.add_argument("--seed", type=int, default=params["calibration"]["matched_seed"])
+    ap.add_argument("--out", type=Path, default=ROOT / RESULT)
+    ap.add_argument("--write", action="store_true", help="doc: write the table into the page")
     args = ap.parse_args()
-    if args.mode == "setup":
-        setup(args.workspace, sets(args))
+    if args.mode == "doc":
+        page = (ROOT / PAGE).read_text()
+        new = page_with_table(page, markdown(json.loads((ROOT / RESULT).read_text())))
+        if args.write:
+            (ROOT / PAGE).write_text(new)
+        print("unchanged" if new == page else ("written" if args.write else "differs: run with --write"))
         return
-    if args.mode == "targets":
-        print(*targets(args.workspace.resolve()))
-        return
-    res = score(args.workspace.resolve(), sets(args))
+    if args.n_closest is None:
+        from synthaudit.workspace import RELICT_N
+
+        args.n_closest = min(RELICT_N, len(list((args.set[0] / "training").glob("*.nii.gz"))))
+    res = compute([c.resolve() for c in args.set], args.n_closest, args.rate, args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(markdown(res))

@@ -4,8 +4,8 @@
 # hand edit, then
 #   run.sh audit          one `snakemake --cores all`, every measure scored per replica kind:
 #                         results/bench/real_anatomy_<config>.{json,md}   (make real-anatomy)
-#   run.sh blur           the same cohort at several generator blurs, calls against the matched null and
-#                         the held-out scans as they are: results/bench/real_anatomy_blur_<config>.{json,md}
+#   run.sh blur           the same cohort at several generator blurs, the image level's calls against the
+#                         matched null and the held-out scans as they are: results/bench/real_anatomy_blur_<config>.{json,md}
 #   run.sh feature-study  the workflow's feature-level study, augmented copies left unrated:
 #                         results/bench/real_anatomy_feature_study_<config>.{md,tsv}   (make feature-study)
 # The cohort and the audit folders stay in data/real_anatomy/ (CONFIG=... picks another cohort.yaml).
@@ -39,20 +39,13 @@ case "$MODE" in
         --out "$ROOT/results/bench/real_anatomy_$NAME.json" --wall-seconds "$wall"
     ;;
   blur)  # the same training and held-out scans, one synthetic set per generator blur: the matched null's table
-    AUDIT="$DATA/blur_$NAME"
-    init "$AUDIT" "$COHORT/ratings.tsv" --heldout "$COHORT/heldout"
-    SETS=(--set "audit=$COHORT")
+    SETS=(--set "$COHORT")
     for b in $("$BIN/python" -c "import sys, yaml; print(*yaml.safe_load(open(sys.argv[1]))['blur_table_vox'])" "$CONFIG"); do
-      name="blur${b/./}"
-      [ -f "${COHORT}_$name/truth.tsv" ] || "$BIN/python" "$ROOT/bench/real_anatomy/build_cohort.py" \
-          --nifti "$DATA/nifti" --out "${COHORT}_$name" --config "$CONFIG" --generator-blur-vox "$b"
-      SETS+=(--set "audit_$name=${COHORT}_$name")
+      [ -f "${COHORT}_blur${b/./}/truth.tsv" ] || "$BIN/python" "$ROOT/bench/real_anatomy/build_cohort.py" \
+          --nifti "$DATA/nifti" --out "${COHORT}_blur${b/./}" --config "$CONFIG" --generator-blur-vox "$b"
+      SETS+=(--set "${COHORT}_blur${b/./}")
     done
-    "$BIN/python" "$ROOT/bench/real_anatomy/blur_table.py" setup --workspace "$AUDIT" "${SETS[@]}"
-    # the workflow's calls (matched null), and the unmatched held-out matrices the table compares them with
-    (cd "$AUDIT" && "$BIN/snakemake" --cores all relict_all \
-        $("$BIN/python" "$ROOT/bench/real_anatomy/blur_table.py" targets --workspace "$AUDIT"))
-    "$BIN/python" "$ROOT/bench/real_anatomy/blur_table.py" score --workspace "$AUDIT" "${SETS[@]}" \
+    "$BIN/python" "$ROOT/bench/real_anatomy/blur_table.py" compute "${SETS[@]}" \
         --out "$ROOT/results/bench/real_anatomy_blur_$NAME.json"
     ;;
   feature-study)

@@ -130,7 +130,8 @@ def texture_line(t: dict, matched: bool = False) -> list[str]:
     if not (syn.get("sharpness") and held.get("sharpness")):
         return ["  smoothness check: not measured (too few voxels inside the intensity range)"]
     fit = t.get("degradation")
-    like = (f"like them blurred by {fit['blur_vox']:.2g} voxel with noise SD {fit['noise_sd']:.3g} added" if fit
+    fitted = bool(fit) and (fit["blur_vox"] > 0 or fit["noise_sd"] > 0)
+    like = (f"like them blurred by {fit['blur_vox']:.2g} voxel with noise SD {fit['noise_sd']:.3g} added" if fitted
             else f"like them blurred by {t['effective_blur_vox']:.2g} voxel")
     line = (f"  smoothness check: sharpness {syn['sharpness']['median']:.3g} against the held-out scans' "
             f"{held['sharpness']['median']:.3g} ({span} {held['sharpness']['low']:.3g}-{held['sharpness']['high']:.3g})")
@@ -138,7 +139,7 @@ def texture_line(t: dict, matched: bool = False) -> list[str]:
         line += (f"; noise SD {syn['noise_sd']['median']:.3g} against {held['noise_sd']['median']:.3g} "
                  f"({span} {held['noise_sd']['low']:.3g}-{held['noise_sd']['high']:.3g})")
     lines = [line + f"; {like}"]
-    if matched and fit:
+    if matched and fitted:
         lines.append("    calls calibrated against the held-out scans degraded so (the matched null, "
                      "relict.calibration.matched_null)")
     elif t["differs"]:
@@ -147,7 +148,8 @@ def texture_line(t: dict, matched: bool = False) -> list[str]:
         lines.append(f"    WARNING: the samples' {what} {verb} outside the held-out scans' range: the calibrated "
                      "thresholds come from scans unlike these samples, so the held-out false-positive rate may "
                      "not hold for them (smoother samples are closer to every training volume, new patients' "
-                     "too); set relict.calibration.matched_null to calibrate against scans degraded to match")
+                     "too); " + (f"the matched null was not used: {fit['reason']}" if matched and fit else
+                                 "set relict.calibration.matched_null to calibrate against scans degraded to match"))
     return lines
 
 
@@ -159,13 +161,18 @@ MATCH_SCANS = 8  # held-out scans the fit degrades at each sigma (the first ones
 
 def degrade(vol: np.ndarray, blur_vox: float, noise_sd: float, seed: int) -> np.ndarray:
     """A held-out scan made to look like the samples: a Gaussian blur of ``blur_vox`` voxels, then
-    white noise of SD ``noise_sd`` (seeded), clipped to the scan's own intensity range (a window's
-    air and bone stay where the preprocessing put them, as in the samples)."""
+    white noise of SD ``noise_sd`` (seeded) where the blurred scan lies strictly inside its own
+    intensity range, clipped to that range. A window's clipped air and bone stay flat, as the
+    preprocessing leaves them in the samples: noise there, half of it clipped away, would add a
+    one-sided error over the whole background to every distance of the null and none of the
+    samples'."""
     v = np.asarray(vol, dtype=np.float32)
+    lo, hi = v.min(), v.max()
     out = ndimage.gaussian_filter(v, float(blur_vox)) if blur_vox > 0 else v.copy()
     if noise_sd > 0:
-        out = out + np.random.default_rng(seed).normal(0.0, float(noise_sd), out.shape).astype(np.float32)
-    return np.clip(out, v.min(), v.max()).astype(np.float32)
+        noise = np.random.default_rng(seed).normal(0.0, float(noise_sd), out.shape).astype(np.float32)
+        out = np.where((out > lo) & (out < hi), out + noise, out)
+    return np.clip(out, lo, hi).astype(np.float32)
 
 
 def fit_degradation(heldout: list[np.ndarray], noise_sd: float | None, sharpness: float | None, seed: int,
@@ -210,18 +217,50 @@ def fit_degradation(heldout: list[np.ndarray], noise_sd: float | None, sharpness
     return out
 
 
-def matched_degradation(summary: dict, heldout: list[np.ndarray], seed: int) -> dict:
+MATCH_MIN_OUTSIDE = 0.75  # the share of samples that must lie outside the held-out range to be matched
+
+
+def outside_share(synthetic: list[dict], summary: dict, key: str) -> float | None:
+    """The share of the samples whose ``key`` (noise_sd, sharpness) lies outside the held-out
+    scans' range on the side of the samples' median."""
+    held, med = summary["heldout"][key], (summary["synthetic"][key] or {}).get("median")
+    values = [r[key] for r in synthetic if r.get(key) is not None]
+    if not held or med is None or not values:
+        return None
+    below = med < held["low"]
+    return float(np.mean([(x < held["low"]) if below else (x > held["high"]) for x in values]))
+
+
+def matched_degradation(summary: dict, heldout: list[np.ndarray], seed: int,
+                        synthetic: list[dict] | None = None) -> dict:
     """The matched null's degradation for a set whose texture ``summary`` (:func:`compare_sets`) is
     known: the joint fit when the samples' noise or sharpness lies outside the held-out scans'
     range, none when both lie inside it. Why not always fit: where noise dominates sharpness,
     blur and re-added noise trade off along a flat curve, and samples that already look like the
-    scans would be matched to scans blurred for nothing."""
+    scans would be matched to scans blurred for nothing.
+
+    ``synthetic`` (the samples' per-volume textures): a set that is a mixture, with fewer than
+    ``MATCH_MIN_OUTSIDE`` of its samples outside the held-out range where its median is, is not
+    matched either: one degradation fitted to the median fits none of its parts (the demo's
+    spiked sets, half scans as they are and half noisy, were matched to scans blurred by 0.8
+    voxel plus noise, and every new patient was called).
+    """
     syn = summary["synthetic"]
     if not summary["differs"]:
         out = fit_degradation([], None, None, seed)
         out["reason"] = "the samples' noise and sharpness lie inside the held-out scans' range: scans as they are"
         return out
+    shares = {k: outside_share(synthetic, summary, k) for k in summary["differs"]} if synthetic is not None else {}
+    mixed = {k: v for k, v in shares.items() if v is not None and v < MATCH_MIN_OUTSIDE}
+    if mixed:
+        out = fit_degradation([], None, None, seed)
+        out["outside_share"] = shares
+        out["reason"] = ("the samples are a mixture: only " + ", ".join(f"{100 * v:.0f} % of them outside the "
+                         f"held-out range by {k}" for k, v in mixed.items())
+                         + ": no one degradation matches them, scans as they are")
+        return out
     out = fit_degradation(heldout, (syn["noise_sd"] or {}).get("median"), (syn["sharpness"] or {}).get("median"),
                           seed)
+    out["outside_share"] = shares
     out["reason"] = "the samples' " + " and ".join(summary["differs"]) + " lie outside the held-out scans' range"
     return out
