@@ -34,7 +34,7 @@ PAGE = "docs/real_anatomy.md"
 MARKERS = ("<!-- blur_table: bench/real_anatomy/blur_table.py doc --write -->", "<!-- /blur_table -->")
 MEASURES = ("mae", "rmse", "ssim", "ncc")
 AUGMENTED = ("flipped", "shifted", "rotated")
-TOLERANCE = 0.02  # largest difference (of the intensity range) between two builds' training scans
+TOLERANCE = 0.05  # largest difference (of the intensity range) between two builds' training scans
 KINDS = ("exact", "deformed") + AUGMENTED
 
 
@@ -109,7 +109,7 @@ def compute(cohorts: list[Path], n: int, rate: float, seed: int) -> dict:
            "n_training": len(train_ids), "n_heldout": len(held_ids), "sets": {}}
     for cohort in cohorts:
         # the same scans in every cohort, or the table means nothing; build_cohort.py is seeded but not
-        # bit-exact between runs (its registrations: up to about 1 % of the range here), so the first
+        # bit-exact between runs (its registrations: up to 2.3 % of the range in a voxel here), so the first
         # cohort's training and held-out scans serve every set, and the difference is recorded
         gap = 0.0
         for sub in ("training", "heldout"):

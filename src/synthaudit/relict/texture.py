@@ -210,6 +210,7 @@ def fit_degradation(heldout: list[np.ndarray], noise_sd: float | None, sharpness
         blur = 0.0
     elif sharpness <= c.min():
         blur = float(s[int(np.argmin(c))])
+        out["clamped"] = True  # smoother than the scans blurred by the largest sigma: no fit on the grid
     else:  # sharpness falls with sigma; the first crossing
         k = int(np.flatnonzero(c <= sharpness)[0])
         blur = float(np.interp(sharpness, [c[k], c[k - 1]], [s[k], s[k - 1]]))
@@ -262,5 +263,11 @@ def matched_degradation(summary: dict, heldout: list[np.ndarray], seed: int,
     out = fit_degradation(heldout, (syn["noise_sd"] or {}).get("median"), (syn["sharpness"] or {}).get("median"),
                           seed)
     out["outside_share"] = shares
+    if out.get("clamped"):  # an extrapolation: calls against it would mean nothing
+        clamped = fit_degradation([], None, None, seed)
+        clamped.update(outside_share=shares, fit=out, reason=(
+            f"the samples are smoother than the held-out scans blurred by {max(out['sigmas']):g} voxels (sharpness "
+            f"{syn['sharpness']['median']:.3g}): no degradation on the grid matches them, scans as they are"))
+        return clamped
     out["reason"] = "the samples' " + " and ".join(summary["differs"]) + " lie outside the held-out scans' range"
     return out
