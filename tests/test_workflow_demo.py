@@ -405,3 +405,30 @@ def test_demo_calibrated_calls_follow_the_held_out_null(demo):
     verdict = (demo / "results/verdict.rst").read_text()
     ncct = verdict[verdict.index("**ncct_demo: 9 synthetic volumes**"):]
     assert f"{copies['n_copies']} volumes called copies" in ncct.split(".. raw:: html")[0]
+
+
+def test_demo_null_is_the_matched_one_and_says_how_it_was_made(demo):
+    """relict.calibration.matched_null (on): the image and feature levels' null is the held-out
+    scans degraded by the fit in texture.json (the identity where the set is not matched, and then
+    the scans themselves), and its scores are RELICT's ratios of that matrix; the segmentation
+    level keeps the held-out label maps."""
+    from synthaudit.io import load_volume
+    from synthaudit.relict import matrix
+    from synthaudit.relict.ratio import distance_ratio
+
+    fit = json.loads((demo / "results/relict/ncct_demo/texture.json").read_text())["degradation"]
+    assert fit["reason"] and {"blur_vox", "noise_sd", "sigmas"} <= set(fit)
+    identity = fit["blur_vox"] == 0 and fit["noise_sd"] == 0
+    null = read_tsv(demo / "results/relict/ncct_demo/calibration/mae.tsv")
+    for r in null:
+        held = load_volume(demo / f"results/preprocessed/ncct_demo/images/{r['heldout_id']}.nii.gz")[0]
+        matched = load_volume(demo / f"results/relict/ncct_demo/matched/images/{r['heldout_id']}.nii.gz")[0]
+        assert np.array_equal(held, matched) == identity, r["heldout_id"]
+    m = matrix.load(demo / "results/relict/ncct_demo/matched/mae.npz")
+    assert m.synthetic_ids == [r["heldout_id"] for r in null]
+    n = load_params(str(demo / "params.yaml"))["relict"]["n_closest"]
+    assert np.allclose(distance_ratio(m.distances, n).ratio, [float(r["score"]) for r in null])
+    assert not (demo / "results/relict/ncct_demo/matched/dice_binary.npz").exists()
+    assert (demo / "results/relict/ncct_demo/heldout/dice_binary.npz").is_file()
+    copies = json.loads((demo / "results/relict/ncct_demo/copies.json").read_text())
+    assert "mae" in copies["matched_null"] and "dice_binary" not in copies["matched_null"]
