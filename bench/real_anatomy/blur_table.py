@@ -111,8 +111,7 @@ def compute(cohorts: list[Path], n: int, rate: float, seed: int) -> dict:
         kinds = [truth[s]["kind"] for s in syn_ids]
         summary = texture.compare_sets([texture.volume_texture(v) for v in synthetic],
                                        [texture.volume_texture(v) for v in heldout], texture.blur_curve(list(heldout)))
-        fit = texture.matched_degradation(summary, list(heldout), seed,
-                                          [texture.volume_texture(v) for v in synthetic])
+        fit = texture.matched_degradation(summary, list(heldout), seed)
         matched = np.stack([texture.degrade(v, fit["blur_vox"], fit["noise_sd"], seed + i)
                             for i, v in enumerate(heldout)])
         syn_d = distances(synthetic, training, data_range)

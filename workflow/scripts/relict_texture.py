@@ -20,8 +20,7 @@ with logged(snakemake.log[0]) as log:
     curve = blur_curve(held_volumes)
     summary = compare_sets([r for r in rows if r["role"] == "synthetic"], [r for r in rows if r["role"] == "heldout"],
                            curve, percentiles=snakemake.params.percentiles or RANGE_PERCENTILES)
-    summary["degradation"] = matched_degradation(summary, held_volumes, snakemake.params.seed,
-                                                 [r for r in rows if r["role"] == "synthetic"])
+    summary["degradation"] = matched_degradation(summary, held_volumes, snakemake.params.seed)
     write_tsv(snakemake.output.table, rows, ["id", "role", "noise_sd", "sharpness", "n_voxels"])
     write_json(snakemake.output.summary, summary)
     for line in texture_line(summary, matched=snakemake.params.matched):
