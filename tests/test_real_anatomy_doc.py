@@ -28,6 +28,11 @@ def test_the_table_gives_both_nulls_per_blur_with_the_fit():
                               "matched": {"combined": tally, "heldout_called": 1},
                               "as_they_are": {"combined": {**tally, "new": {"n": 28, "called": 11},
                                                            "specificity": 17 / 28}, "heldout_called": 1}}}}
+    per = {"mae": {"new": {"n": 28, "called": 4}}}
+    res["measures"] = ["mae"]
+    res["sets"]["cohort"]["as_they_are"]["per_measure"] = per
+    res["sets"]["cohort"]["matched"]["per_measure"] = {"mae": {"new": {"n": 28, "called": 1}}}
     table = blur_table.markdown(res)
+    assert "| 0.6 | 4 → 1 |" in table
     assert "| 0.6 | 0.54 / 0.019 | as they are | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 1.00 | 11/28 | 0.607 | 1/20 |" in table
     assert "| 0.6 | 0.54 / 0.019 | matched | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 1.00 | 1/28 | 0.964 | 1/20 |" in table

@@ -147,6 +147,15 @@ def markdown(res: dict) -> str:
                 + " | ".join(f"{c[k]['called']}/{c[k]['n']}" for k in KINDS)
                 + f" | {c['augmented_sensitivity']:.2f} | {c['new']['called']}/{c['new']['n']} | "
                   f"{c['specificity']:.3f} | {s[null]['heldout_called']}/{res['n_heldout']} |")
+    measures = res.get("measures") or []
+    if measures:  # per measure: new patients called against each null
+        lines += ["", "| generator blur (voxel) | " + " | ".join(f"{m}: new called, as they are → matched"
+                                                               for m in measures) + " |",
+                  "|---|" + "---|" * len(measures)]
+        for s in sorted(res["sets"].values(), key=lambda s: s["generator_blur_vox"]):
+            lines.append(f"| {s['generator_blur_vox']} | " + " | ".join(
+                f"{s['as_they_are']['per_measure'][m]['new']['called']} → {s['matched']['per_measure'][m]['new']['called']}"
+                for m in measures) + " |")
     return "\n".join(lines) + "\n"
 
 
