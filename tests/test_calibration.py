@@ -106,3 +106,24 @@ def test_a_held_out_scan_is_never_scored_against_its_own_patients_training_scans
     before, after = distance_ratio(d, 4).ratio, distance_ratio(masked, 4).ratio
     assert before[0] < 0.2 and after[0] > 0.8 and np.allclose(before[1:], after[1:])
     assert C.leave_patient_out(d, ["x", "y", "z"], train_patients)[1] == 0
+
+
+def test_the_null_is_built_leave_patient_out_and_its_rows_judge_each_scan_without_its_patient():
+    from synthaudit.relict.ratio import distance_ratio
+
+    rng = np.random.default_rng(1)
+    d = rng.uniform(0.9, 1.1, size=(4, 6))
+    d[0, 0] = 0.05  # held-out h0 is training patient a's second visit
+    train_ids, train_patients = [f"t{j}" for j in range(6)], ["a", "b", "c", "d", "e", "f"]
+    null, used, n_own = C.heldout_null(d, ["h0", "h1", "h2", "h3"], ["a", "x", "x", "y"], train_ids,
+                                       train_patients, 3)
+    assert n_own == 1 and np.isinf(used[0, 0]) and null.closest[0] != "t0"
+    assert np.allclose(null.scores, distance_ratio(used, 3).ratio)
+    by_distance = C.heldout_null(d, ["h0", "h1", "h2", "h3"], ["a", "x", "x", "y"], train_ids, train_patients, 3,
+                                 use_ratio=False)[0]
+    assert np.allclose(by_distance.scores, used.min(axis=1))
+    rows = C.null_rows(null, 0.4)
+    check = C.heldout_check(null, 0.4)
+    assert [r["heldout_id"] for r in rows] == ["h0", "h1", "h2", "h3"] and list(rows[0]) == C.NULL_COLUMNS
+    assert [r["n_null"] for r in rows] == [3, 2, 2, 3]  # each scan's pool leaves its own patient out
+    assert [r["called"] for r in rows] == [int(c) for c in check["called"]]

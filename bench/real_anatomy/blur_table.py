@@ -68,10 +68,8 @@ def calls(syn: dict, held: dict, held_patients: list[str], training_patients: li
 
     fprs, null_fprs, per, null = {}, {}, {}, None
     for m in MEASURES:
-        masked, _ = calibration.leave_patient_out(held[m], held_patients, training_patients)
-        r = distance_ratio(masked, n, warn=lambda _: None)
-        null = calibration.Null([str(i) for i in range(len(held_patients))], held_patients, r.ratio,
-                                [training_ids[j] for j in r.closest])
+        null = calibration.heldout_null(held[m], [str(i) for i in range(len(held_patients))], held_patients,
+                                        training_ids, training_patients, n)[0]
         got = calibration.calibrate(distance_ratio(syn[m], n, warn=lambda _: None).ratio, null, rate)
         fprs[m], per[m] = got["fpr"], got["called"]
         null_fprs[m] = calibration.heldout_check(null, rate)["fpr"]

@@ -98,7 +98,8 @@ class WorkflowPlan:
         self.labelled_datasets = [d for d in self.own_training
                                   if all(self.has_label(d, s.id) for s in self.plans[d].scans)]
         self.unlabelled_datasets = [d for d in self.own_training if d not in self.labelled_datasets]
-        self.compute = {"device": "auto", "training_shards": 1, "synthetic_shards": 1, **config.get("compute", {})}
+        self.compute = {"device": "auto", "training_shards": 1, "synthetic_shards": 1, "embed_batch_size": 1,
+                        **config.get("compute", {})}  # the plan's one merge of the optional compute keys
         self.rated_datasets = [d for d in self.datasets if self.ratings_file(d) is not None]
         self.filter_datasets = [d for d in self.datasets if cfg[d].get("filter_with")]
 

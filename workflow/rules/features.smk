@@ -19,6 +19,7 @@ rule embed:
     params:
         features=config["relict"]["features"],
         ids=lambda wc: split_ids(wc.dataset, wc.split),
+        batch_size=PLAN.compute["embed_batch_size"],
     script:
         "../scripts/embed.py"
 

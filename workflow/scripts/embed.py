@@ -22,7 +22,7 @@ with logged(snakemake.log[0]) as log:
             yield volume
             progress(k + 1)
 
-    emb = extractor.embed_many(volumes(), batch_size=snakemake.config.get("compute", {}).get("embed_batch_size", 1))
+    emb = extractor.embed_many(volumes(), batch_size=snakemake.params.batch_size)
     meta = extractor.describe(shapes[0] if shapes else None)
     meta["extractor"] = cfg["extractor"]
     if meta.get("grid_used") is not None and meta["grid_used"] != meta["options"].get("grid"):

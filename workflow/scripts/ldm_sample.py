@@ -7,6 +7,7 @@ import numpy as np
 import torch
 
 from synthaudit.generate import ldm
+from synthaudit.generate.config import diffusion_config
 from synthaudit.io import save_volume
 from synthaudit.logs import Progress, logged
 
@@ -21,10 +22,11 @@ with logged(snakemake.log[0]) as log:
                          f"the preprocessed grid is {grid['shape']}; delete results/generator to retrain")
     ids = snakemake.params.ids
     progress = Progress(log, "sampling", len(ids))
-    volumes = ldm.sample(autoencoder, unet, len(ids), {**dcfg, **cfg["diffusion"]}, seed=cfg["seed"],
+    sampling = diffusion_config({**dcfg, **cfg["diffusion"]}, strict=False)  # what ldm.sample uses
+    volumes = ldm.sample(autoencoder, unet, len(ids), sampling, seed=cfg["seed"],
                          scale=dcfg["scale"], progress=lambda done, total: progress(done, total))
     for vid, vol, path in zip(ids, volumes, snakemake.output):
         if not np.isfinite(vol).all():
             raise ValueError(f"sample {vid}: the generator produced non-finite values")
         save_volume(path, vol, np.asarray(grid["affine"]), dtype=np.float32)
-    log.info("sampled %d volumes (%d DDIM steps)", len(ids), cfg["diffusion"].get("num_inference_steps", 50))
+    log.info("sampled %d volumes (%d DDIM steps)", len(ids), sampling["num_inference_steps"])

@@ -54,7 +54,7 @@ with logged(snakemake.log[0]) as log:
         t_pre = 0.0
     else:
         # the stack of moved and shifted rows gets half of the job's memory (resources mem_mb)
-        budget = 0.5 * float(snakemake.resources.get("mem_mb", 8000)) * 2 ** 20
+        budget = 0.5 * float(snakemake.resources.mem_mb) * 2 ** 20  # the rule's resources always set it
         factor_pre = al.preselect_factor(float(cfg["preselect_block_mm"]), grid["shape"], grid["spacing_mm"], space,
                                          budget)
         log.info("pre-selection on %d-voxel block means (%s mm; preselect_block_mm %s, memory budget %.1f GB)",

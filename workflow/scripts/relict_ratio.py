@@ -42,25 +42,17 @@ with logged(snakemake.log[0]) as log:
         held_ids = held.synthetic_ids
         patients = snakemake.params.heldout_patients
         # leave-patient-out: a held-out scan is never scored against its own patient's training scans
-        held_distances, n_own = calibration.leave_patient_out(
-            held.distances, [patients[i] for i in held.synthetic_ids],
-            [snakemake.params.training_patients[t] for t in training_ids])
+        null, held_distances, n_own = calibration.heldout_null(
+            held.distances, held_ids, [patients[i] for i in held_ids], training_ids,
+            [snakemake.params.training_patients[t] for t in training_ids], snakemake.params.n_closest, use_ratio)
         if n_own:
             log.warning("%s: %d held-out scans belong to patients with training scans; those scans are left out of "
                         "their ratios (a held-out scan should be a new patient's)", measure, n_own)
-        ratio = distance_ratio(held_distances, snakemake.params.n_closest, warn=lambda message: None)
-        null = calibration.Null(held_ids, [patients[i] for i in held_ids],
-                                ratio.ratio if use_ratio else ratio.closest_distance,
-                                [training_ids[j] for j in ratio.closest])
         sources = snakemake.params.source_patients
         calls = calibration.calibrate(np.array([r["score"] for r in rows]), null, rate,
                                       [sources.get(r["synthetic_id"]) for r in rows])
         ranking.add_calibration(rows, calls)
-        check = calibration.heldout_check(null, rate)
-        null_rows = [{"heldout_id": i, "patient_id": p, "closest_training_id": c, "score": float(s),
-                      "fpr": float(f), "n_null": int(n), "called": int(k)}
-                     for i, p, c, s, f, n, k in zip(null.ids, null.patients, null.closest, null.scores,
-                                                    check["fpr"], check["n_null"], check["called"])]
+        null_rows = calibration.null_rows(null, rate)
         smallest = calibration.min_rate(int(calls["n_null"].max()) if len(rows) else len(held_ids))
         if smallest > rate:
             log.warning("%s: %d held-out scans can support no rate below %.3f, above the calibration rate %.3f: "
@@ -68,7 +60,7 @@ with logged(snakemake.log[0]) as log:
                         smallest, rate, calibration.min_heldout(rate))
         log.info("%s: %d of %d synthetic volumes called replicas at a false-positive rate of %.3f "
                  "(%d held-out scans; %d of them called when left out)", measure, int(calls["called"].sum()),
-                 len(rows), rate, len(held_ids), int(check["called"].sum()))
+                 len(rows), rate, len(held_ids), sum(r["called"] for r in null_rows))
     # how the pairs were searched, and (shortlist) the recall measured on the sampled rows
     shortlist = (search.aligned_to(search.Shortlist.load(snakemake.input.shortlist[0]), mat.synthetic_ids,
                                    training_ids, snakemake.input.measure) if snakemake.input.shortlist else None)
@@ -78,8 +70,7 @@ with logged(snakemake.log[0]) as log:
                                             training_ids, snakemake.input.heldout)
                           if snakemake.input.heldout_shortlist else None)
         heldout = (held_distances, held_shortlist)
-        held_patients = [patients[i] for i in held_ids]
-        held_closest = [training_ids[j] for j in ratio.closest]
+        held_patients, held_closest = null.patients, null.closest
         syn_sources = [sources.get(i) for i in mat.synthetic_ids]
 
         def calls(syn_scores, null_scores):

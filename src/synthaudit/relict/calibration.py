@@ -82,6 +82,34 @@ def leave_patient_out(distances: np.ndarray, heldout_patients: Sequence[str], tr
     return d, affected
 
 
+def heldout_null(distances: np.ndarray, heldout_ids: Sequence[str], heldout_patients: Sequence[str],
+                 training_ids: Sequence[str], training_patients: Sequence[str], n_closest: int,
+                 use_ratio: bool = True) -> tuple[Null, np.ndarray, int]:
+    """The null of one measure from the held-out scans' distances to the training set: each scan
+    scored as a synthetic volume would be (RELICT's ratio, or the closest distance at the
+    segmentation level), without its own patient's training scans (:func:`leave_patient_out`).
+
+    Returns ``(null, distances_used, n_scans_with_own_patient_left_out)``.
+    """
+    from .ratio import distance_ratio
+
+    used, n_own = leave_patient_out(distances, heldout_patients, training_patients)
+    r = distance_ratio(used, n_closest, warn=lambda message: None)
+    null = Null(list(heldout_ids), list(heldout_patients), r.ratio if use_ratio else r.closest_distance,
+                [training_ids[j] for j in r.closest])
+    return null, used, n_own
+
+
+def null_rows(null: Null, rate: float) -> list[dict]:
+    """calibration/<measure>.tsv (:data:`NULL_COLUMNS`): each held-out scan's score and its own
+    leave-patient-out rate and call."""
+    check = heldout_check(null, rate)
+    return [{"heldout_id": i, "patient_id": p, "closest_training_id": c, "score": float(s), "fpr": float(f),
+             "n_null": int(n), "called": int(k)}
+            for i, p, c, s, f, n, k in zip(null.ids, null.patients, null.closest, null.scores, check["fpr"],
+                                           check["n_null"], check["called"])]
+
+
 def min_rate(n: int) -> float:
     """The smallest false-positive rate ``n`` null scores can support: 1 / (n + 1)."""
     return 1.0 / (n + 1)
