@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-slurm test-slurm-run install lint wheel lock numerics-digests baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local
+.PHONY: demo test test-e2e test-slurm test-slurm-run install lint wheel lock numerics-digests baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -34,6 +34,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest
+
+# the whole audits from a user's side (pyproject's e2e marker: the wheel in a fresh venv, dvc repro,
+# every input init accepts, a crash and rerun), minutes each; CI runs them after make test
+test-e2e: $(STAMP)
+	$(BIN)/python -m pytest -m e2e
 
 privacy: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) privacy_all
@@ -94,7 +99,9 @@ numerics-digests: $(STAMP)
 	$(BIN)/python -m synthaudit.numerics_probe --out tests/data/numerics_digests.json > /dev/null
 
 # dvc.lock: the code, params and outputs the run in this folder used (dvc commit, no rerun)
+# stale outputs (files no rule writes any more) would enter the folders' hashes and fail CI's clean run
 lock: $(STAMP)
+	$(BIN)/python .ci/stale_outputs.py --delete
 	$(BIN)/dvc commit --force --quiet
 
 # CI (.ci/run): the demo and its feature-level study, then every tracked metric and plot table

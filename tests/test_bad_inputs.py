@@ -70,6 +70,7 @@ def _finite(value) -> bool:
 
 
 @pytest.mark.workflow
+@pytest.mark.e2e
 def test_every_input_init_accepts_completes_the_full_run_without_nan(tmp_path):
     d = _odd_folders(tmp_path / "in")
     ws = tmp_path / "odd_audit"

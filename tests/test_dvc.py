@@ -11,7 +11,7 @@ import yaml
 
 from workflow_helpers import ROOT, env, image_level_only, tiny_params, write_params
 
-pytestmark = pytest.mark.workflow
+pytestmark = [pytest.mark.workflow, pytest.mark.e2e]  # make test-e2e
 
 STAGES = ("cohort", "preprocess", "synthetic", "privacy", "anonymise", "relict", "feature_study", "figures")
 

@@ -208,6 +208,7 @@ def test_disk_full_while_a_shard_is_written_then_a_rerun_completes(reference, tm
 
 
 @pytest.mark.workflow
+@pytest.mark.e2e
 def test_crash_during_gather_then_unlock_and_rerun_equals_an_uninterrupted_run(reference, tmp_path):
     """SIGKILL to Snakemake, the gather job and its script at once (a node crash, the OOM
     killer, a closed session) right after the gathered matrix landed but before Snakemake

@@ -293,6 +293,7 @@ def test_manifest_and_plan_refuse_case_collisions_and_a_single_training_scan(tmp
 
 
 @pytest.mark.workflow
+@pytest.mark.e2e
 def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     """As a new user, from the wheel in a fresh environment outside any checkout: `synthaudit
     init`, then `snakemake` in the new folder; results, metrics and the report land there,
