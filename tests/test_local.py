@@ -154,11 +154,128 @@ def test_noise_estimates_recover_a_known_sd():
     assert local.neighbour_noise_sd(flat, np.ones(flat.shape, bool)) == pytest.approx(0.2, rel=0.05)
 
 
-def test_distinctive_centre_finds_where_the_donor_differs_from_the_cohort():
-    rng = np.random.default_rng(4)
-    mean = _head(rng)
-    donor = mean.copy()
-    donor[24:28, 10:14, 14:18] += 5.0  # a 'lesion' only this scan has
-    inside = mean != 0
-    centre = local.distinctive_centre(donor, mean, inside, (6, 6, 6))
-    assert all(lo - 2 <= c <= hi + 1 for c, (lo, hi) in zip(centre, ((24, 27), (10, 13), (14, 17)))), centre
+def test_informative_centre_chooses_structure_inside_the_anatomy_not_its_outline():
+    # a head of flat tissue (1.0) in air (0) with one textured region: the old rule (most unlike the
+    # cohort's mean) went to the outline; the region with structure is where a copy can be seen
+    shape = (40, 40, 40)
+    grid = np.indices(shape) - 19.5
+    head = ((grid ** 2).sum(0) < 18 ** 2).astype(np.float32)
+    donor = head.copy()
+    texture = gaussian_filter(np.random.default_rng(1).normal(size=shape), 1.0).astype(np.float32) * 3
+    donor[12:22, 22:30, 14:24] += texture[12:22, 22:30, 14:24]
+    inside = head > 0
+    for seed in range(5):
+        centre, info = local.informative_centre(donor, inside, (8, 8, 8), np.random.default_rng(seed))
+        sl = local.cube_slices(shape, centre, (8, 8, 8))
+        assert inside[sl].mean() >= 0.9, centre  # inside the head, not on its edge
+        assert (np.abs(donor[sl] - head[sl]) > 0).mean() > 0.1, centre  # it overlaps the textured region
+        assert info == pytest.approx(donor[sl][inside[sl]].std(), rel=0.2)
+    # a label class restricts the centres: a cube around the 'tumour', not the textured region
+    tumour = np.zeros(shape, bool)
+    tumour[25:28, 10:13, 25:28] = True
+    centre, _ = local.informative_centre(donor, inside, (8, 8, 8), np.random.default_rng(0), within=tumour)
+    assert tumour[tuple(int(c) for c in centre)]
+
+
+def test_rarest_label_is_the_tumour_not_the_organ():
+    lab = np.zeros((20, 20, 20), np.uint8)
+    lab[2:18, 2:18, 2:18] = 1  # liver
+    lab[8:11, 8:11, 8:11] = 2  # tumour inside it
+    lab[0, 0, :3] = 3  # three stray voxels: fewer than min_voxels, not a class to centre on
+    mask, c = local.rarest_label(lab)
+    assert c == 2 and mask.sum() == 27
+    assert local.rarest_label(np.zeros((4, 4, 4), np.uint8)) == (None, None)
+
+
+def test_covering_block_overlaps_the_cube_most():
+    g = local.BlockGrid.from_mm((24, 24, 24), (1.0, 1.0, 1.0), 8.0)  # cells of 4, blocks of 8
+    kept = np.arange(g.n_blocks)
+    j, inside = local.covering_block(g, kept, (12.0, 12.0, 12.0), (8, 8, 8))
+    assert g.block_ranges(int(kept[j])) == ((8, 16), (8, 16), (8, 16)) and inside == 1.0
+    j, inside = local.covering_block(g, kept, (10.0, 12.0, 12.0), (8, 8, 8))  # 6 of the block's 8 voxels in x
+    assert inside == pytest.approx(6 / 8)
+    assert local.covering_block(g, kept[:1], (22.0, 22.0, 22.0), (2, 2, 2)) == (None, 0.0)  # block 0 ends at 8
+
+
+def test_smoothed_noise_factor_is_the_sd_of_smoothed_white_noise():
+    from synthaudit.relict.local_audit import smoothed_noise_factor, terciles
+
+    noise = np.random.default_rng(3).normal(size=(80, 80, 80))
+    sigma = [1.5, 2.0, 1.0]
+    interior = gaussian_filter(noise, sigma)[10:-10, 10:-10, 10:-10]  # away from the reflected edges
+    assert smoothed_noise_factor(sigma) == pytest.approx(interior.std(), rel=0.03)
+    assert smoothed_noise_factor([0, 0, 0]) == 1.0
+    assert terciles([5, 1, 3, 2, 6, 4]) == ["high", "low", "mid", "low", "high", "mid"]
+
+
+def _cohort(rng, n_train=12, held_patients=10, scans_each=2, shape=(36, 36, 36)):
+    """Training patients (one scan each), held-out patients scanned ``scans_each`` times (two scans
+    of a patient: the same head plus fresh noise), three new patients and one local copy: a new
+    head holding a 14-voxel cube of training scan 5."""
+    from synthaudit.relict.local_audit import Cohort
+
+    train = np.stack([_head(rng, shape) for _ in range(n_train)])
+    held, held_p = [], []
+    for p in range(held_patients):
+        head = _head(rng, shape)
+        for _ in range(scans_each):
+            held.append(head + rng.normal(0, 0.05, shape).astype(np.float32))
+            held_p.append(f"h{p}")
+    syn = np.stack([_head(rng, shape) for _ in range(4)])
+    syn[3, 8:22, 11:25, 11:25] = train[5, 8:22, 11:25, 11:25]
+    return Cohort(synthetic=syn, heldout=np.stack(held), load_training=lambda j: train[j],
+                  training_ids=[f"t{j}" for j in range(n_train)], training_patients=[f"t{j}" for j in range(n_train)],
+                  synthetic_ids=["new0", "new1", "new2", "copy"], heldout_ids=[f"h{k}" for k in range(len(held))],
+                  heldout_patients=held_p, spacing_mm=[1.0, 1.0, 1.0], affine=np.eye(4))
+
+
+def _settings(**kw):
+    from synthaudit.relict.local_audit import LocalSettings
+
+    base = dict(block_mm=12.0, smooth_mm=0.0, measure="block_mse", sizes_mm=[14.0], margin_mm=1.0, noise_sd=0.05,
+                seed=0, n_closest=5, rate=0.05)
+    return LocalSettings(**{**base, **kw})
+
+
+def test_local_audit_calls_the_copy_and_its_controls_carry_their_diagnostics():
+    from synthaudit.relict import local_audit
+
+    cohort = _cohort(np.random.default_rng(7))
+    result = local_audit.run(cohort, _settings())
+    calls = {r["synthetic_id"]: r for r in result.calls}
+    assert calls["copy"]["called"] == 1 and calls["copy"]["closest_training_id"] == "t5"
+    assert not any(calls[f"new{i}"]["called"] for i in range(3))
+    s = result.summary
+    assert s["called"] == ["copy"] and s["heldout_called_leave_patient_out"] <= 1
+    ctl = s["controls"]
+    assert ctl["n"] == len(result.controls) == 20 and ctl["centred_on"] == {"informative": 20}
+    e = ctl["by_size_mm"]["14"]
+    # 10 patients scanned twice: each control is judged against the 19 other held-out scans (1/20 = 0.05 is
+    # reachable); leaving its patient out (18) could call none of them
+    assert e["smallest_possible_rate"] == pytest.approx(1 / 20)
+    assert e["sensitivity"] >= 0.9, result.controls
+    assert sorted(r["distinctiveness_tercile"] for r in result.controls).count("high") in (6, 7)
+    for r in result.controls:
+        assert r["region_donor_closest"] == 1 and r["region_contrast"] > local_audit.LOW_CONTRAST
+        if r["called"]:
+            assert r["local_score"] < r["null_cutoff"] or r["fpr"] <= 0.05
+    assert ctl["reasons"] == {}  # nothing to explain
+
+
+def test_local_audit_explains_controls_that_cannot_be_found():
+    from synthaudit.relict import local_audit
+
+    # the fresh noise of the pasted regions drowns them: a block of the donor plus noise of SD 3 (the heads'
+    # anatomy varies by about 1) is no closer to the donor than to anyone
+    cohort = _cohort(np.random.default_rng(8))
+    result = local_audit.run(cohort, _settings(noise_sd=3.0))
+    e = result.summary["controls"]["by_size_mm"]["14"]
+    assert e["sensitivity"] < local_audit.EXPLAIN_BELOW
+    reason = result.summary["controls"]["reasons"]["14"]
+    assert reason.startswith("14 mm controls,") and "because" in reason and "cut-off" in reason
+    # too few held-out scans for the rate: the reason says no control can be called
+    small = _cohort(np.random.default_rng(9), held_patients=5)
+    result = local_audit.run(small, _settings())
+    e = result.summary["controls"]["by_size_mm"]["14"]
+    assert e["sensitivity"] == 0 and e["smallest_possible_rate"] == pytest.approx(1 / 10)
+    assert "no control can be called" in result.summary["controls"]["reasons"]["14"]

@@ -64,7 +64,12 @@ def test_local_level_positive_controls_are_scored_beside_the_whole_volume_ratio(
     heldout = {r["id"]: r for r in read_tsv(demo / "results/cohort/ncct_demo/manifest.tsv") if r["role"] == "heldout"}
     training = {r["id"]: r for r in read_tsv(demo / "results/cohort/ncct_demo/manifest.tsv") if r["role"] == "train"}
     assert summary["n"] == len(rows) == 3 * len(heldout) and summary["sizes_mm"] == [20.0, 30.0, 40.0]
-    assert summary["centred_on"] == {"label": len(rows), "distinctive": 0}  # the demo's scans are all labelled
+    # the demo's scans are all labelled (one class, the haemorrhage): every region is placed within it
+    assert summary["centred_on"] == {"label 1": len(rows)} and {r["centred_on"] for r in rows} == {"label 1"}
+    for r in rows:  # each control's diagnostics (issue 43): finite, and the tercile a third of each size
+        assert float(r["distinctiveness"]) > 0 and float(r["region_contrast"]) > 0 and float(r["information"]) > 0
+        assert r["distinctiveness_tercile"] in ("low", "mid", "high") and r["region_donor_closest"] in ("0", "1")
+        assert float(r["null_cutoff"]) > 0
     assert summary["noise_source"].startswith("rescan") and 0 < summary["noise_sd"] < 0.2
     for r in rows:
         assert r["recipient_id"] in heldout and r["donor_id"] in training

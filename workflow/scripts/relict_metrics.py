@@ -94,6 +94,8 @@ with logged(snakemake.log[0]) as log:
         for size, c in ((summary.get("controls") or {}).get("by_size_mm") or {}).items():
             entry[f"local_control_{size}mm_sensitivity"] = c["sensitivity"]
             entry[f"local_control_{size}mm_whole_volume_rmse_sensitivity"] = c["whole_volume_rmse_sensitivity"]
+            if (c.get("by_distinctiveness") or {}).get("high") is not None:  # the most distinctive third
+                entry[f"local_control_{size}mm_distinctive_sensitivity"] = c["by_distinctiveness"]["high"]
         copy_counts.setdefault(d, {}).update(entry)
     write_metrics(snakemake.output.relict, metrics, snakemake.config.get("_provenance"))
     write_metrics(snakemake.output.copies, copy_counts, snakemake.config.get("_provenance"))

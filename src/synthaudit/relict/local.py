@@ -389,20 +389,84 @@ def neighbour_noise_sd(volumes: np.ndarray, inside: np.ndarray) -> float:
     return float(np.median(sds)) if sds else 0.0
 
 
-def distinctive_centre(donor: np.ndarray, training_mean: np.ndarray, inside: np.ndarray,
-                       side_vox: Sequence[float]) -> tuple[float, float, float]:
-    """The centre (voxels) of the donor's cube of ``side_vox`` that differs most from the
-    training mean, among cubes at least half inside the anatomy: where a scan without a lesion
-    label is most its own (its anatomy, not the cohort's)."""
+def rarest_label(label: np.ndarray, min_voxels: int = 8) -> tuple[np.ndarray | None, int | None]:
+    """The voxels of the label map's rarest class present (at least ``min_voxels``) and that class:
+    where several classes exist, the most specific one (a tumour, not the liver it lies in).
+    (None, None) without foreground."""
+    lab = np.asarray(label)
+    classes, counts = np.unique(lab[lab > 0], return_counts=True)
+    ok = counts >= min_voxels
+    if not ok.any():
+        return None, None
+    c = classes[ok][int(np.argmin(counts[ok]))]
+    return lab == c, int(c)
+
+
+def informative_centre(donor: np.ndarray, inside: np.ndarray, side_vox: Sequence[float], rng: np.random.Generator,
+                       within: np.ndarray | None = None, top_fraction: float = 0.25,
+                       min_inside: float = 0.9) -> tuple[tuple[float, float, float], float]:
+    """Where to paste a positive control: a cube of ``side_vox`` with structure to copy.
+
+    Why not where the donor differs most from the cohort's mean (the rule before issue 43): on
+    real CT that is the head's outline (a deformation moves the skin-air edge by 1,000 HU), a
+    cube half in air whose blocks the level does not test, and on homogeneous tissue (the liver
+    a label names) there is nothing a block distance can tell from noise. Here a centre is drawn
+    (``rng``) among the cubes at least ``min_inside`` inside the anatomy (``inside``: the donor's
+    and the recipient's) whose information, the SD of the (smoothed) ``donor`` over the cube, is
+    in the top ``top_fraction`` (over the cube's anatomy voxels: air is not structure); ``within`` (a label class's voxels) restricts the centres to it.
+
+    Returns the centre (voxels) and the chosen cube's information (SD, the volume's units).
+    """
     from scipy.ndimage import uniform_filter
 
     size = [max(1, int(round(s))) for s in side_vox]
-    diff = uniform_filter(np.abs(np.asarray(donor, np.float64) - training_mean), size=size, mode="constant")
-    frac = uniform_filter(np.asarray(inside, np.float64), size=size, mode="constant")
-    diff[frac < 0.5] = -np.inf
-    if not np.isfinite(diff).any():
-        return tuple((np.asarray(donor.shape, np.float64) - 1) / 2.0)
-    return tuple(float(c) for c in np.unravel_index(int(np.argmax(diff)), diff.shape))
+    x = np.asarray(donor, np.float64)
+    m = np.asarray(inside, np.float64)
+    frac = uniform_filter(m, size=size, mode="constant")
+    with np.errstate(invalid="ignore", divide="ignore"):  # moments over the anatomy's voxels only: an air edge
+        mean = uniform_filter(x * m, size=size, mode="constant") / frac  # inside the cube is not structure
+        info = np.sqrt(np.maximum(uniform_filter(x * x * m, size=size, mode="constant") / frac - mean * mean, 0.0))
+    info = np.nan_to_num(info, nan=0.0)
+    allowed = np.ones(x.shape, bool) if within is None else np.asarray(within, bool)
+    for need in (min_inside, 0.5):
+        candidates = allowed & (frac >= need)
+        if candidates.any():
+            break
+    else:
+        candidates = frac >= 0.5 if (frac >= 0.5).any() else np.ones(x.shape, bool)
+    values = info[candidates]
+    cut = np.quantile(values, 1.0 - top_fraction)
+    pool = np.flatnonzero(candidates.ravel() & (info.ravel() >= cut))
+    flat = int(pool[int(rng.integers(len(pool)))])
+    centre = np.unravel_index(flat, x.shape)
+    return tuple(float(c) for c in centre), float(info[centre])
+
+
+def cube_slices(shape: Sequence[int], centre_vox: Sequence[float], side_vox: Sequence[float]) -> tuple[slice, ...]:
+    """The voxels of a cube of ``side_vox`` around ``centre_vox``, clipped to the grid."""
+    out = []
+    for n, c, s in zip(shape, centre_vox, side_vox):
+        lo = int(round(float(c) - float(s) / 2.0))
+        out.append(slice(max(0, lo), min(int(n), lo + max(1, int(round(float(s)))))))
+    return tuple(out)
+
+
+def covering_block(grid: BlockGrid, kept: np.ndarray, centre_vox: Sequence[float],
+                   side_vox: Sequence[float]) -> tuple[int | None, float]:
+    """Index into ``kept`` (the tested blocks) of the block that overlaps a cube of ``side_vox``
+    around ``centre_vox`` most (ties: the nearer centre), and the fraction of that block inside
+    the cube; (None, 0.0) when none overlaps."""
+    best, best_key = None, None
+    for j, b in enumerate(kept):
+        overlap, dist = 1.0, 0.0
+        for (lo, hi), c, s in zip(grid.block_ranges(int(b)), centre_vox, side_vox):
+            a, z = float(c) - float(s) / 2.0, float(c) + float(s) / 2.0
+            overlap *= max(0.0, min(hi, z) - max(lo, a))
+            dist += ((lo + hi - 1) / 2.0 - float(c)) ** 2
+        key = (overlap, -dist)
+        if overlap > 0 and (best_key is None or key > best_key):
+            best, best_key = j, key
+    return best, (best_key[0] / grid.block_voxels if best_key else 0.0)
 
 
 @dataclass
@@ -413,7 +477,7 @@ class Control:
     recipient: int  # index into the held-out scans
     donor: int  # index into the training scans
     centre_vox: tuple[float, float, float]
-    centred_on: str  # "label" (the donor's label foreground) or "distinctive" (distinctive_centre)
+    centred_on: str  # "informative" or "label <class>" (informative_centre, within the rarest label class)
 
 
 def plan_controls(n_recipients: int, n_donors: int, sizes_mm: Sequence[float], seed: int) -> list[tuple[float, int, int]]:

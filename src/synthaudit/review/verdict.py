@@ -81,7 +81,9 @@ def local_verdict(folder: Path) -> dict:
             "n_anatomy_blocks": summary.get("n_anatomy_blocks"),
             "calls": [(r["synthetic_id"], r["closest_training_id"], r["closest_patient_id"], r["block_centre_mm"],
                        r["fpr"]) for r in calls],
-            "controls": (summary.get("controls") or {}).get("by_size_mm")}
+            "controls": (summary.get("controls") or {}).get("by_size_mm"),
+            "control_placement": (summary.get("controls") or {}).get("centred_on"),
+            "control_reasons": (summary.get("controls") or {}).get("reasons") or {}}
 
 
 def local_lines(loc: dict) -> list[str]:
@@ -99,10 +101,21 @@ def local_lines(loc: dict) -> list[str]:
         lines.append(f"    ... and {len(loc['calls']) - 8} more (local/local_calls.tsv)")
     c = loc.get("controls")
     if c:
-        lines.append("    positive controls, a training region pasted into each held-out scan: called "
+        placed = loc.get("control_placement") or {}
+        where = (" (placed where the donor has structure: "
+                 + ", ".join(f"{n} within {k}" if k.startswith("label") else f"{n} {k}" for k, n in placed.items())
+                 + ")"
+                 if placed else "")
+        lines.append("    positive controls, a training region pasted into each held-out scan" + where + ": called "
                      + ", ".join(f"{k} mm {v['sensitivity']:.2f}" for k, v in c.items())
                      + "; the whole-volume RMSE ratio on the same volumes: "
                      + ", ".join(f"{v['whole_volume_rmse_sensitivity']:.2f}" for v in c.values()))
+        high = {k: v["by_distinctiveness"]["high"] for k, v in c.items() if v.get("by_distinctiveness")}
+        if high and all(x is not None for x in high.values()):
+            lines.append("    the most distinctive third of the regions (unlike the average patient): called "
+                         + ", ".join(f"{k} mm {x:.2f}" for k, x in high.items()))
+        for reason in (loc.get("control_reasons") or {}).values():
+            lines.append(f"    {reason}")
     return lines
 
 
