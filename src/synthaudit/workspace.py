@@ -682,12 +682,15 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     params = _repo_params()["relict"]["alignment"]
     space = al.SearchSpace.from_params(params["search"])
     factor = al.preselect_factor(float(params["preselect_block_mm"]), shape, spacing, space, 0.5 * 8000 * 2 ** 20)
-    ranked = al.refine_factor(params.get("coarse_mm"), spacing) > 1
-    if ranked:  # a coarse stage: rank 3n, align the best 1.6n (at least n)
-        k = min(max(n, int(math.ceil(ALIGNMENT_RANKED_KEEP_PER_N * n))), n_train)
-        k_ranked = min(ALIGNMENT_RANKED_PER_N * n, n_train)
+    refine = al.refine_factor(params.get("coarse_mm"), spacing)
+    if refine > 1:  # a coarse stage: rank 3n, align the best 1.6n (at least n)
+        wanted = (max(n, int(math.ceil(ALIGNMENT_RANKED_KEEP_PER_N * n))), ALIGNMENT_RANKED_PER_N * n)
     else:
-        k = k_ranked = min(ALIGNMENT_CANDIDATES_PER_N * n, n_train)
+        wanted = (ALIGNMENT_CANDIDATES_PER_N * n, None)
+    # what the job makes of these parameters (relict_align): one rule for both
+    from .relict.alignment_job import candidate_counts
+
+    k, k_ranked = candidate_counts(*wanted, n_train, refine)
     pairs = (n_synthetic + n_heldout) * k
     # the recall check (relict.alignment.recall): sampled volumes of both sets aligned to every training
     # volume over the whole group, ~2.5x the per-pair cost (the demo: 0.15 against 0.06 s per pair)

@@ -1,4 +1,5 @@
-"""relict.ranking_job.rank_measure: what rule relict_ratio writes, without Snakemake (issue 44)."""
+"""The rules' logic as library functions, tested without Snakemake (issue 44): relict.ranking_job
+(rule relict_ratio) and relict.alignment_job's candidate rule (rule relict_align and init's cost model)."""
 
 import numpy as np
 import pytest
@@ -45,3 +46,13 @@ def test_rank_measure_without_heldout_scans_ranks_without_calls():
     assert out.rows[0]["synthetic_id"] == "s0" and "calibrated_replica" not in out.rows[0]
     with pytest.raises(KeyError):
         rank_measure(mat, 5, held=_cohort(1)[1], training_patients={}, heldout_patients={})
+
+
+def test_candidate_counts_is_the_one_rule_for_the_job_and_init():
+    from synthaudit.relict.alignment_job import candidate_counts
+
+    assert candidate_counts(20, 30, 100, factor=2) == (20, 30)  # a coarse stage: 30 ranked, the best 20 aligned
+    assert candidate_counts(20, 30, 100, factor=1) == (20, 20)  # none: what is pre-selected is aligned
+    assert candidate_counts(20, 10, 100, factor=2) == (20, 20)  # never fewer ranked than aligned
+    assert candidate_counts(200, 300, 50, factor=2) == (50, 50)  # at most the training set
+    assert candidate_counts(20, None, 100, factor=2) == (20, 20)
