@@ -279,3 +279,25 @@ def test_local_audit_explains_controls_that_cannot_be_found():
     e = result.summary["controls"]["by_size_mm"]["14"]
     assert e["sensitivity"] == 0 and e["smallest_possible_rate"] == pytest.approx(1 / 10)
     assert "no control can be called" in result.summary["controls"]["reasons"]["14"]
+
+
+def test_control_reasons_name_the_most_basic_cause_first():
+    from synthaudit.relict.local_audit import control_reasons
+
+    base = dict(sensitivity=0.1, median_region_contrast=20.0, donor_closest_at_region=1.0,
+                median_region_block_score=0.3, median_null_cutoff=0.02, median_distinctiveness=15.0,
+                median_region_block_covered=1.0, smallest_possible_rate=0.04)
+    cases = {
+        "no control can be called": dict(smallest_possible_rate=1 / 19),
+        "barely differ from what they replaced": dict(median_region_contrast=1.0),
+        "closest training scan at the region's block in only 30%": dict(donor_closest_at_region=0.3),
+        "the null is wide": {},
+        "near the cut-off": dict(median_region_block_score=0.01),
+    }
+    for phrase, change in cases.items():
+        reason = control_reasons({"30": {**base, **change}}, 0.05)["30"]
+        assert phrase in reason and reason.startswith("30 mm controls, 0.10 called, because"), reason
+        assert "of the block that covers them most" not in reason
+    partly = control_reasons({"20": {**base, "median_region_block_covered": 0.8}}, 0.05)["20"]
+    assert "the null is wide" in partly and "a median 80% of the block" in partly  # said beside the cause
+    assert control_reasons({"40": {**base, "sensitivity": 0.9}}, 0.05) == {}  # nothing to explain
