@@ -161,10 +161,15 @@ def calibrate_without_scans(scores: np.ndarray, null: Null, rate: float, source_
     score the control gets outside its region, so keeping it makes the cut-off stricter, not
     looser. Leaving the patient out instead left 18 of 20 held-out scans of 10 patients scanned
     twice, whose smallest rate, 1/19, is above 0.05: no control could be called at all."""
-    _check_rate(rate)
     null_ids = np.asarray(null.ids, dtype=object)
     pools = np.stack([null_ids != i for i in source_ids]) if len(source_ids) else np.ones((0, len(null.ids)), bool)
-    fpr, n_pool = false_positive_rates(np.asarray(scores, np.float64), null.scores, pools)
+    return _decide(scores, null, rate, pools)
+
+
+def _decide(scores: np.ndarray, null: Null, rate: float, pools: np.ndarray) -> dict[str, np.ndarray]:
+    """Each score's rate against its pool of the null, and the call at ``rate``."""
+    _check_rate(rate)
+    fpr, n_pool = false_positive_rates(np.asarray(scores, dtype=np.float64), null.scores, pools)
     return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
 
 
@@ -187,8 +192,7 @@ def calibrate(scores: np.ndarray, null: Null, rate: float, source_patients: Sequ
     patients = list(source_patients) if source_patients is not None else [None] * scores.size
     if len(patients) != scores.size:
         raise ValueError(f"{len(patients)} source patients for {scores.size} scores")
-    fpr, n_pool = false_positive_rates(scores, null.scores, pools_without(patients, null))
-    return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
+    return _decide(scores, null, rate, pools_without(patients, null))
 
 
 def heldout_check(null: Null, rate: float) -> dict[str, np.ndarray]:
@@ -197,9 +201,7 @@ def heldout_check(null: Null, rate: float) -> dict[str, np.ndarray]:
     The fraction called is the rule's false-positive rate on new patients (its
     specificity is one minus it), measured without a scan calibrating its own decision.
     """
-    _check_rate(rate)
-    fpr, n_pool = false_positive_rates(null.scores, null.scores, pools_without(null.patients, null))
-    return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
+    return _decide(null.scores, null, rate, pools_without(null.patients, null))
 
 
 def threshold(null_scores: np.ndarray, rate: float) -> float | None:

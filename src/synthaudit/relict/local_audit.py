@@ -193,6 +193,7 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
 
     # positive controls: a training scan's region pasted into each held-out scan, per size
     controls, ctl_raw, noise_sd, noise_source, ctl_info = [], [], 0.0, None, []
+    held_s = [None] * n_held  # a held-out scan smoothed once: the controls' contrast, then its query row
     if settings.sizes_mm and keep.any():
         if settings.noise_sd == "auto":
             noise_sd = local.rescan_noise_sd(held_raw, list(cohort.heldout_patients))
@@ -202,21 +203,18 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
                 noise_source = "neighbouring voxels (a lower estimate)"
         else:
             noise_sd, noise_source = float(settings.noise_sd), "params"
-        donors, labels = {}, {}
+        donors = {}  # per donor: raw, smoothed, (rarest label class voxels, class)
         for size, r, d in local.plan_controls(n_held, n_train, settings.sizes_mm, settings.seed):
             if d not in donors:
-                donors[d] = raw(d)
-                donors[d] = (donors[d], smoothed(donors[d]))
-                if cohort.load_label is not None:
-                    labels[d] = np.asarray(cohort.load_label(d))
-            donor, donor_s = donors[d]
+                v = raw(d)
+                rare = local.rarest_label(cohort.load_label(d)) if cohort.load_label is not None else (None, None)
+                donors[d] = (v, smoothed(v), rare)
+            if held_s[r] is None:
+                held_s[r] = smoothed(held_raw[r])
+            donor, donor_s, (within, label_class) = donors[d]
             rng = np.random.default_rng([settings.seed, r, d, int(round(size * 10))])
             side = [size / s for s in spacing]
-            within, how = None, "informative"
-            if d in labels:
-                within, label_class = local.rarest_label(labels[d])
-                if within is not None:
-                    how = f"label {label_class}"
+            how = "informative" if within is None else f"label {label_class}"
             centre, information = local.informative_centre(donor_s, anatomy(donor) & anatomy(held_raw[r]), side,
                                                            np.random.default_rng([settings.seed, r, d, 1]),
                                                            within=within)
@@ -225,8 +223,7 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
             cube = local.cube_slices(shape, centre, side)
             ctl_info.append({"information": information,
                              "distinctive_sq": float(np.mean((donor_s[cube] - mean[cube]) ** 2, dtype=np.float64)),
-                             "contrast_sq": float(np.mean((donor_s[cube] - smoothed(held_raw[r])[cube]) ** 2,
-                                                          dtype=np.float64))})
+                             "contrast_sq": float(np.mean((donor_s[cube] - held_s[r][cube]) ** 2, dtype=np.float64))})
         donors.clear()
         log.info("positive controls: %d (%s mm cubes, one per held-out scan and size, placed by information "
                  "content), fresh noise SD %.4g (%s)", len(controls), "/".join(f"{x:g}" for x in settings.sizes_mm),
@@ -236,7 +233,9 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
     del ctl_raw
     queries = np.empty_like(queries_raw)
     for i, v in enumerate(queries_raw):
-        queries[i] = smoothed(v)
+        done = held_s[i - n_syn] if n_syn <= i < n_syn + n_held else None
+        queries[i] = smoothed(v) if done is None else done
+    held_s = None
     # the whole-volume RMSE of the held-out scans and the controls, in the same pass over training
     whole = queries_raw[n_syn:] if controls else None
     whole_cols = []

@@ -254,34 +254,32 @@ def matched_degradation(summary: dict, heldout: list[np.ndarray], seed: int) -> 
     for a mixture).
     """
     syn = summary["synthetic"]
-    if not summary["differs"]:
+
+    def as_they_are(reason: str, **extra) -> dict:  # no degradation: the held-out scans as they are
         out = fit_degradation([], None, None, seed)
-        out["reason"] = "the samples' noise and sharpness lie inside the held-out scans' range: scans as they are"
+        out.update(extra, reason=reason)
         return out
+
+    if not summary["differs"]:
+        return as_they_are("the samples' noise and sharpness lie inside the held-out scans' range: scans as they are")
     curve = [c for c in summary.get("heldout_blur_curve") or [] if c is not None]
     sharp = (syn["sharpness"] or {}).get("median")
     if curve and sharp is not None and sharp <= curve[-1]:  # beyond the blur-only curve: beyond the joint one too
-        out = fit_degradation([], None, None, seed)
-        out["reason"] = (f"the samples are smoother than the held-out scans blurred by {summary['blur_sigmas_vox'][-1]:g} "
-                         f"voxels (sharpness {sharp:.3g}): no degradation on the grid matches them, scans as they are")
-        return out
+        return as_they_are(f"the samples are smoother than the held-out scans blurred by "
+                           f"{summary['blur_sigmas_vox'][-1]:g} voxels (sharpness {sharp:.3g}): no degradation on "
+                           "the grid matches them, scans as they are")
     spreads = {k: spread_ratio(summary, k) for k in summary["differs"]}
     mixed = {k: v for k, v in spreads.items() if v is not None and v > MIX_SPREAD}
     if mixed:
-        out = fit_degradation([], None, None, seed)
-        out["spread_ratio"] = spreads
-        out["reason"] = ("the samples are a mixture: their " + ", ".join(f"{k} spreads {v:.1f} times as wide as the "
-                         "held-out scans'" for k, v in mixed.items())
-                         + ": no one degradation matches them, scans as they are")
-        return out
+        return as_they_are("the samples are a mixture: their " + ", ".join(
+            f"{k} spreads {v:.1f} times as wide as the held-out scans'" for k, v in mixed.items())
+            + ": no one degradation matches them, scans as they are", spread_ratio=spreads)
     out = fit_degradation(heldout, (syn["noise_sd"] or {}).get("median"), (syn["sharpness"] or {}).get("median"),
                           seed)
     out["spread_ratio"] = spreads
     if out.get("clamped"):  # an extrapolation: calls against it would mean nothing
-        clamped = fit_degradation([], None, None, seed)
-        clamped.update(spread_ratio=spreads, fit=out, reason=(
-            f"the samples are smoother than the held-out scans blurred by {max(out['sigmas']):g} voxels (sharpness "
-            f"{syn['sharpness']['median']:.3g}): no degradation on the grid matches them, scans as they are"))
-        return clamped
+        return as_they_are(f"the samples are smoother than the held-out scans blurred by {max(out['sigmas']):g} "
+                           f"voxels (sharpness {syn['sharpness']['median']:.3g}): no degradation on the grid matches "
+                           "them, scans as they are", spread_ratio=spreads, fit=out)
     out["reason"] = "the samples' " + " and ".join(summary["differs"]) + " lie outside the held-out scans' range"
     return out
