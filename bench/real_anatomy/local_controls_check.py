@@ -110,28 +110,21 @@ def mri_cohort(folder: Path) -> dict:
                      f"{len(sy)} new patients (build_cohort.py)"}
 
 
-def old_placement(monkey: bool) -> None:
-    """The rule before issue 43, for the comparison: the cube most unlike the training mean (here
-    measured against the donor's own smoothed mean over all training scans is not at hand, so
-    against the cohort's mean the run passes: see run()), label centroid."""
-    if not monkey:
-        return
+def use_old_placement(training_mean: np.ndarray) -> None:
+    """Swap in the rule before issue 43, for the comparison on one cohort: the donor's cube most
+    unlike the (smoothed) training mean, at least half inside the anatomy; a label's centroid."""
     from scipy.ndimage import uniform_filter
 
-    state = {}
-
     def centre(donor, inside, side_vox, rng, within=None, **_):
-        size = [max(1, int(round(s))) for s in side_vox]
-        diff = uniform_filter(np.abs(np.asarray(donor, np.float64) - state["mean"]), size=size, mode="constant")
-        frac = uniform_filter(np.asarray(inside, np.float64), size=size, mode="constant")
         if within is not None:
-            c = np.argwhere(within).mean(0)
-            return tuple(float(x) for x in c), 0.0
+            return tuple(float(x) for x in np.argwhere(within).mean(0)), 0.0
+        size = [max(1, int(round(s))) for s in side_vox]
+        diff = uniform_filter(np.abs(np.asarray(donor, np.float64) - training_mean), size=size, mode="constant")
+        frac = uniform_filter(np.asarray(inside, np.float64), size=size, mode="constant")
         diff[frac < 0.5] = -np.inf
         return tuple(float(c) for c in np.unravel_index(int(np.argmax(diff)), diff.shape)), 0.0
 
     local.informative_centre = centre
-    old_placement.state = state
 
 
 def _f(x) -> str:
@@ -200,10 +193,10 @@ def main(argv=None) -> int:
     c = ct_cohort(args.ct, args.spacing_mm, args.seed, args.noise_hu, args.heldout_scans) if args.cohort == "ct" else mri_cohort(args.mri)
     log.info("%s (built in %.0f s)", c["about"], time.perf_counter() - start)
     if args.placement == "old":
-        old_placement(True)
-        sigma = local_audit.smoothing_sigma_vox(float(params["local"]["smooth_mm"]), c["spacing_mm"])
         from scipy.ndimage import gaussian_filter
-        old_placement.state["mean"] = np.mean([gaussian_filter(v, sigma) for v in c["training"]], axis=0)
+
+        sigma = local_audit.smoothing_sigma_vox(float(params["local"]["smooth_mm"]), c["spacing_mm"])
+        use_old_placement(np.mean([gaussian_filter(v, sigma) for v in c["training"]], axis=0))
     training = c["training"]
     cohort = local_audit.Cohort(
         synthetic=c["synthetic"], heldout=c["heldout"], load_training=lambda j: training[j],
