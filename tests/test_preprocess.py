@@ -617,10 +617,12 @@ def test_init_writes_registration_settings_the_schema_accepts():
     import yaml
 
     from synthaudit.config import load_schema
-    from synthaudit.preprocess.pipeline import REGISTRATION_DEFAULTS, registration_settings
+    from synthaudit.config import object_defaults
+    from synthaudit.preprocess.pipeline import registration_settings
     from synthaudit.workspace import Inputs, _datasets_block
 
     schema = load_schema()
+    REGISTRATION_DEFAULTS = object_defaults("datasets.*.preprocess.registration")
     pre_schema = {**schema["$defs"]["preprocess"], "$defs": schema["$defs"]}
     for modality, clip in (("ct", [-200.0, 1500.0]), ("mri", None)):
         block = _datasets_block(Inputs(training=Path("t"), synthetic=Path("s"), modality=modality),

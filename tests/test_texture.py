@@ -37,7 +37,7 @@ def test_a_blurred_set_differs_and_its_blur_is_estimated_from_the_samples(heldou
     held, curve = heldout
     found = {}
     for blur in (0.6, 0.8, 1.5):
-        t = compare_sets([volume_texture(scan(100 + s, blur)) for s in range(8)], held, curve)
+        t = compare_sets([volume_texture(scan(100 + s, blur)) for s in range(8)], held, curve, (5, 95))
         assert set(t["differs"]) == ({"noise_sd"} if blur < 0.8 else {"noise_sd", "sharpness"}), blur
         assert t["noise_ratio"] < 0.6
         lines = texture_line(t)
@@ -51,7 +51,7 @@ def test_a_blurred_set_differs_and_its_blur_is_estimated_from_the_samples(heldou
 
 def test_a_set_made_like_the_scans_does_not_differ(heldout):
     held, curve = heldout
-    t = compare_sets([volume_texture(scan(200 + s)) for s in range(8)], held, curve)
+    t = compare_sets([volume_texture(scan(200 + s)) for s in range(8)], held, curve, (5, 95))
     assert t["differs"] == [] and t["effective_blur_vox"] == pytest.approx(0.0, abs=0.15)
     assert len(texture_line(t)) == 1
 
@@ -82,9 +82,9 @@ def test_the_fitted_degradation_brings_held_out_scans_to_the_samples_texture(blu
     fit, syn = _fit(held_vols, samples)
     assert fit["blur_vox"] == pytest.approx(blur, abs=0.25)
     degraded = [degrade(v, fit["blur_vox"], fit["noise_sd"], seed=i) for i, v in enumerate(held_vols)]
-    t = compare_sets(syn, [volume_texture(v) for v in degraded], blur_curve(degraded[:4]))
+    t = compare_sets(syn, [volume_texture(v) for v in degraded], blur_curve(degraded[:4]), (5, 95))
     assert t["differs"] == [], t
-    plain = compare_sets(syn, [volume_texture(v) for v in held_vols], blur_curve(held_vols[:4]))
+    plain = compare_sets(syn, [volume_texture(v) for v in held_vols], blur_curve(held_vols[:4]), (5, 95))
     assert "sharpness" in plain["differs"] or "noise_sd" in plain["differs"]
 
 
@@ -106,10 +106,10 @@ def test_samples_like_the_scans_leave_them_as_they_are():
     off): a set inside the held-out range is matched to the scans as they are."""
     held_vols = [scan(s) for s in range(8)]
     held = [volume_texture(v) for v in held_vols]
-    same = compare_sets([volume_texture(scan(200 + s)) for s in range(8)], held, blur_curve(held_vols[:4]))
+    same = compare_sets([volume_texture(scan(200 + s)) for s in range(8)], held, blur_curve(held_vols[:4]), (5, 95))
     fit = matched_degradation(same, held_vols, seed=0)
     assert fit["blur_vox"] == 0.0 and fit["noise_sd"] == 0.0 and "inside" in fit["reason"]
-    smooth = compare_sets([volume_texture(scan(100 + s, 1.5)) for s in range(8)], held, blur_curve(held_vols[:4]))
+    smooth = compare_sets([volume_texture(scan(100 + s, 1.5)) for s in range(8)], held, blur_curve(held_vols[:4]), (5, 95))
     assert matched_degradation(smooth, held_vols, seed=0)["blur_vox"] == pytest.approx(1.5, abs=0.25)
     assert fit_degradation(held_vols, None, None, 0)["blur_vox"] == 0.0  # nothing measured: nothing done
 
@@ -127,7 +127,7 @@ def test_the_verdict_says_when_calls_were_calibrated_against_the_matched_null():
     held_vols = [scan(s) for s in range(8)]
     samples = [scan(100 + s, 1.5) for s in range(8)]
     fit, syn = _fit(held_vols, samples)
-    t = compare_sets(syn, [volume_texture(v) for v in held_vols], blur_curve(held_vols[:4]))
+    t = compare_sets(syn, [volume_texture(v) for v in held_vols], blur_curve(held_vols[:4]), (5, 95))
     t["degradation"] = fit
     off, on = texture_line(t), texture_line(t, matched=True)
     assert "WARNING" in off[1] and "matched_null" in off[1]
@@ -141,7 +141,7 @@ def test_a_mixed_set_is_not_matched_and_the_verdict_says_why():
     held_vols = [scan(s) for s in range(8)]
     held = [volume_texture(v) for v in held_vols]
     rows = [volume_texture(scan(300 + s, 1.5 if s % 2 else 0.0)) for s in range(9)]
-    t = compare_sets(rows, held, blur_curve(held_vols[:4]))
+    t = compare_sets(rows, held, blur_curve(held_vols[:4]), (5, 95))
     assert t["differs"], t
     fit = matched_degradation(t, held_vols, seed=0)
     assert fit["blur_vox"] == 0.0 and fit["noise_sd"] == 0.0 and "mixture" in fit["reason"]
@@ -149,7 +149,7 @@ def test_a_mixed_set_is_not_matched_and_the_verdict_says_why():
     lines = texture_line(t, matched=True)
     assert "WARNING" in lines[1] and "matched null was not used" in lines[1] and "mixture" in lines[1]
     uniform = [volume_texture(scan(300 + s, 1.5)) for s in range(9)]
-    t2 = compare_sets(uniform, held, blur_curve(held_vols[:4]))
+    t2 = compare_sets(uniform, held, blur_curve(held_vols[:4]), (5, 95))
     assert matched_degradation(t2, held_vols, seed=0)["blur_vox"] > 1.0
 
 
@@ -171,12 +171,12 @@ def test_samples_smoother_than_the_largest_blur_are_not_matched():
     held_vols = [scan(s) for s in range(8)]
     held = [volume_texture(v) for v in held_vols]
     blobs = [volume_texture(ndimage.gaussian_filter(scan(400 + s), 6.0)) for s in range(8)]
-    t = compare_sets(blobs, held, blur_curve(held_vols[:4]))
+    t = compare_sets(blobs, held, blur_curve(held_vols[:4]), (5, 95))
     fit = matched_degradation(t, held_vols, seed=0)
     assert fit["blur_vox"] == 0.0 and fit["noise_sd"] == 0.0 and "smoother than" in fit["reason"]
     # past the blur-only curve's end: refused before any fit; between the two curves' ends: by the fit
     mild = [volume_texture(ndimage.gaussian_filter(scan(400 + s), 2.8)) for s in range(8)]
-    t = compare_sets(mild, held, blur_curve(held_vols[:4]))
+    t = compare_sets(mild, held, blur_curve(held_vols[:4]), (5, 95))
     fit = fit_degradation(held_vols, t["synthetic"]["noise_sd"]["median"], 0.5 * min(
         x for x in t["heldout_blur_curve"] if x is not None), seed=0)
     assert fit["clamped"] and fit["blur_vox"] == max(fit["sigmas"])
@@ -191,7 +191,7 @@ def test_scans_that_differ_in_sharpness_themselves_do_not_make_a_uniform_set_a_m
     held = [volume_texture(v) for v in held_vols]
     samples = [ndimage.gaussian_filter(scan(500 + s, own[s % 3]), 1.2).astype(np.float32) for s in range(9)]
     rows = [volume_texture(v) for v in samples]
-    t = compare_sets(rows, held, blur_curve(held_vols[:4]))
+    t = compare_sets(rows, held, blur_curve(held_vols[:4]), (5, 95))
     assert "sharpness" in t["differs"]
     fit = matched_degradation(t, held_vols, seed=0)
     assert fit["blur_vox"] > 0.3 and fit["spread_ratio"]["sharpness"] < 3, fit

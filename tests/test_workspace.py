@@ -439,6 +439,7 @@ def test_a_failing_init_leaves_nothing_and_can_be_run_again(tmp_path, monkeypatc
 def test_init_plans_the_search_the_workflow_will_choose():
     """relict.search: exhaustive up to auto_above_pairs, the shortlist above it, with the pairs it computes
     (K = 4n candidates per volume and the sampled rows' every pair), as the plan (workflow_plan) decides."""
+    from synthaudit.config import object_defaults
     from synthaudit.relict import search
     from synthaudit.workspace import _search_plan
 
@@ -447,4 +448,4 @@ def test_init_plans_the_search_the_workflow_will_choose():
     big = _search_plan(5000, 100, 10_000, 50)
     assert big["mode"] == "shortlist" and big["k"] == 200 and big["sample"] == 40
     assert big["pairs"] == 5100 * 200 + 40 * (10_000 - 200)
-    assert search.choose_mode(5100, 10_000, search.DEFAULTS) == "shortlist"
+    assert search.choose_mode(5100, 10_000, object_defaults("relict.search")) == "shortlist"

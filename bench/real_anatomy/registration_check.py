@@ -405,9 +405,10 @@ def registration_figures(results: list[dict]) -> dict:
     if corr:
         out["qc_correlation"] = [round(float(min(corr)), 3), round(float(max(corr)), 3)]
         # the dataset's outlier rule (synthaudit.preprocess.qc), here over the correlations with the template
-        from synthaudit.preprocess.qc import QC_DEFAULTS, correlation_threshold
+        from synthaudit.config import default_of
+        from synthaudit.preprocess.qc import correlation_threshold
 
-        t = correlation_threshold(corr, QC_DEFAULTS["qc_outlier_mads"])["threshold"]
+        t = correlation_threshold(corr, default_of("datasets.*.preprocess.registration.qc_outlier_mads"))["threshold"]
         out["qc_pass"] = round(float(np.mean([t is None or c >= t for c in corr])), 3)
     if all("iterations" in q for q in qc):
         its = [q["iterations"] for q in qc]

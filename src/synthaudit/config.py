@@ -36,6 +36,88 @@ def load_schema(path: str | Path = SCHEMA_PATH) -> dict:
     return schema
 
 
+def _resolve(node, root: dict):
+    """``node`` with its ``$ref`` followed (a sibling ``default``/``description`` stays the caller's)."""
+    while isinstance(node, dict) and "$ref" in node:
+        node = root["$defs"][node["$ref"].split("/")[-1]]
+    return node
+
+
+def _object_schema(node, root: dict) -> dict | None:
+    """The schema of an object value: ``node`` itself, or its object alternative under anyOf/oneOf."""
+    node = _resolve(node, root)
+    if not isinstance(node, dict):
+        return None
+    if "properties" in node or isinstance(node.get("additionalProperties"), dict):
+        return node
+    for key in ("anyOf", "oneOf"):
+        for alt in node.get(key, []):
+            alt = _resolve(alt, root)
+            if isinstance(alt, dict) and ("properties" in alt or isinstance(alt.get("additionalProperties"), dict)):
+                return alt
+    return None
+
+
+def _fill(instance, node, root: dict) -> None:
+    obj = _object_schema(node, root)
+    if obj is None or not isinstance(instance, dict):
+        return
+    props = obj.get("properties", {})
+    for key, sub in props.items():
+        if key not in instance and isinstance(sub, dict) and "default" in sub:
+            instance[key] = copy.deepcopy(sub["default"])
+    for key, value in instance.items():
+        if key in props:
+            _fill(value, props[key], root)
+        elif isinstance(obj.get("additionalProperties"), dict):
+            _fill(value, obj["additionalProperties"], root)
+
+
+def fill_defaults(params: dict, schema: dict | None = None) -> dict:
+    """A copy of ``params`` with the schema's ``default`` of every key it leaves out.
+
+    Why here and only here: the schema is the one place a parameter's default is stated
+    (params.yaml repeats them for the reader; tests/test_config.py checks that they agree).
+    A key's default is filled wherever its object is present; an object whose own default is
+    ``{}`` is created and filled. Blocks without a default (``privacy``, ``anonymise``,
+    ``feature_study``, ``generator_sweep``) stay absent: absent means the stage is off.
+    """
+    schema = schema or load_schema()
+    out = copy.deepcopy(params)
+    _fill(out, schema, schema)
+    return out
+
+
+def default_of(path: str, schema: dict | None = None):
+    """The schema's default at a dotted key path (``*``: any entry of a mapping), e.g.
+    ``default_of("relict.local.block_mm")``; KeyError when the key has no default."""
+    schema = schema or load_schema()
+    node = _node_at(path, schema)
+    if not isinstance(node, dict) or "default" not in node:
+        raise KeyError(f"{path}: the schema gives no default")
+    return copy.deepcopy(node["default"])
+
+
+def object_defaults(path: str, schema: dict | None = None) -> dict:
+    """Every default among the properties of the object at a dotted key path (``*``: any entry
+    of a mapping): what :func:`fill_defaults` would add to an empty one."""
+    schema = schema or load_schema()
+    return fill_defaults({"x": {}}, {"$defs": schema.get("$defs", {}), "type": "object",
+                                     "properties": {"x": _node_at(path, schema)}})["x"]
+
+
+def _node_at(path: str, schema: dict):
+    node = schema
+    for part in path.split("."):
+        obj = _object_schema(node, schema)
+        if obj is None:
+            raise KeyError(path)
+        node = obj["additionalProperties"] if part == "*" else obj.get("properties", {}).get(part)
+        if node is None:
+            raise KeyError(path)
+    return node
+
+
 def _key_path(error: jsonschema.ValidationError) -> str:
     parts = [str(p) for p in error.absolute_path]
     return ".".join(parts) if parts else "(top level)"
@@ -71,11 +153,14 @@ def _describe(error: jsonschema.ValidationError, root: dict) -> str:
 
 
 def validate_params(params: dict, schema: dict | None = None, source: str = "params.yaml") -> dict:
-    """Validate ``params`` against the schema, plus cross-field rules the schema cannot say.
+    """Fill the schema's defaults, then validate against the schema, plus cross-field rules the
+    schema cannot say.
 
-    Returns the params unchanged on success; raises ParamsError listing all problems.
+    Returns the filled params (a copy) on success; raises ParamsError listing all problems.
     """
     schema = schema or load_schema()
+    if isinstance(params, dict):
+        params = fill_defaults(params, schema)
     validator = jsonschema.Draft202012Validator(schema)
     problems = []
     for err in sorted(validator.iter_errors(params), key=lambda e: list(map(str, e.absolute_path))):

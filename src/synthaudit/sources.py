@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .config import default_of
 from .io import read_tsv
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -336,7 +337,7 @@ def plan_dataset(name: str, ds: dict, demo_table=None) -> DatasetPlan:
         width = max(3, len(str(ldm["n_samples"])))
         synthetic = [SyntheticVolume(id=f"gen{k:0{width}d}") for k in range(1, ldm["n_samples"] + 1)]
     elif syn_cfg["source"] == "folder":
-        synthetic = read_synthetic_folder(syn_cfg["folder"], syn_cfg.get("pattern", "*.nii*"))
+        synthetic = read_synthetic_folder(syn_cfg["folder"], syn_cfg.get("pattern") or default_of("datasets.*.synthetic.pattern"))
     else:
         synthetic = read_synthetic_manifest(syn_cfg["manifest"])
 

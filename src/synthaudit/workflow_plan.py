@@ -15,7 +15,8 @@ import re
 from pathlib import Path
 
 from . import registry
-from .config import ParamsError, resolve_datasets, validate_params, with_sweep
+from .config import ParamsError, default_of, resolve_datasets, validate_params, with_sweep
+from .generate.config import diffusion_config
 from .privacy.data import PrivacyDataError, check_patients, patient_split
 from .relict import search as relict_search
 from .relict import shards as relict_shards
@@ -48,9 +49,9 @@ class WorkflowPlan:
     """
 
     def __init__(self, config: dict):
-        self.config = config
         try:
-            validate_params(config)
+            # the schema's defaults filled once (config.fill_defaults): the plan states none itself
+            config = self.config = validate_params(config)
             # training_from datasets become full entries that read the training side from the
             # named dataset; generator_sweep adds one dataset per training-set size
             self.dataset_cfg = resolve_datasets(with_sweep(config))
@@ -80,7 +81,7 @@ class WorkflowPlan:
         self.reviewed_datasets = [d for d in self.datasets if d not in self.sweep_datasets]
 
         self.measures = list(config["relict"]["measures"])
-        self.alignment = config["relict"].get("alignment") or {"datasets": [], "measures": []}
+        self.alignment = config["relict"]["alignment"]
         self.aligned_datasets = [d for d in self.alignment["datasets"] if d in self.datasets]
         self.aligned_measures = [f"{m}_aligned" for m in self.alignment["measures"]]
         self.measures_by_dataset = {d: self.measures_of(d) + (self.aligned_measures if d in self.aligned_datasets
@@ -98,15 +99,13 @@ class WorkflowPlan:
         self.labelled_datasets = [d for d in self.own_training
                                   if all(self.has_label(d, s.id) for s in self.plans[d].scans)]
         self.unlabelled_datasets = [d for d in self.own_training if d not in self.labelled_datasets]
-        self.compute = {"device": "auto", "training_shards": 1, "synthetic_shards": 1, "embed_batch_size": 1,
-                        **config.get("compute", {})}  # the plan's one merge of the optional compute keys
+        self.compute = config["compute"]
         self.rated_datasets = [d for d in self.datasets if self.ratings_file(d) is not None]
         self.filter_datasets = [d for d in self.datasets if cfg[d].get("filter_with")]
 
         # calibrated replica calls: a training set's held-out scans, scored against it by every
         # measure its synthetic sets use, are the null of "a new patient"
-        self.calibration = config["relict"].get("calibration") or {"rate": 0.05, "matched_null": False,
-                                                                    "matched_seed": 0}
+        self.calibration = config["relict"]["calibration"]
         self.calibration_bases = [b for b in self.own_training if self.plans[b].heldout]
         self.heldout_measures = {
             b: [m for m in self.measures + self.aligned_measures
@@ -129,27 +128,24 @@ class WorkflowPlan:
                                          if set(self.calibrated[d]) & set(self.aligned_measures)]
         self.texture_datasets = sorted(set(self.copies_datasets) | set(self.matched_datasets))
         # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
-        self.local = {"enabled": False, "block_mm": 18.0, "smooth_mm": 3.0, "measure": "block_mse",
-                      **(config["relict"].get("local") or {})}
-        self.local["controls"] = {"sizes_mm": [20.0, 30.0, 40.0], "margin_mm": 3.0, "noise_sd": "auto", "seed": 0,
-                                  **(self.local.get("controls") or {})}
+        self.local = config["relict"]["local"]
         # the reviewed sets (the generator sweep's sets are scored for its curve only)
         self.local_datasets = ([d for d in self.reviewed_datasets if self.training_of[d] in self.calibration_bases
                                 and self.plans[d].synthetic] if self.local["enabled"] else [])
 
         # shortlist search (relict.search): one mode per training set, so that a dataset's
         # synthetic volumes and its held-out null are searched alike
-        self.search = {**relict_search.DEFAULTS, **(config["relict"].get("search") or {})}
+        self.search = config["relict"]["search"]
         self.n_closest = int(config["relict"]["n_closest"])
-        self.search_mode = {}
+        self.search_mode, self.shortlist_k = {}, {}
         for b in sorted(set(self.training_of.values())):
             users = [d for d in self.datasets if self.training_of[d] == b]
-            n_train = len(self.plans[b].train)
-            queries = max([len(self.plans[d].synthetic) for d in users] or [0]) + len(self.plans[b].heldout)
-            self.search_mode[b] = relict_search.choose_mode(queries, n_train, self.search)
-        self.shortlist_k = {b: relict_search.shortlist_size(self.n_closest, max(1, len(self.plans[b].train)),
-                                                            float(self.search["shortlist"]["factor"]))
-                            for b in self.search_mode}
+            plan = relict_search.search_plan(max([len(self.plans[d].synthetic) for d in users] or [0]),
+                                             len(self.plans[b].heldout), len(self.plans[b].train),
+                                             self.n_closest, self.search)
+            self.search_mode[b] = plan["mode"]
+            self.shortlist_k[b] = relict_search.shortlist_size(self.n_closest, max(1, len(self.plans[b].train)),
+                                                               float(self.search["shortlist"]["factor"]))
 
         # generative-model recall: held-out distances computed once per training set
         self.recall = config["relict"]["recall"]
@@ -357,7 +353,7 @@ class WorkflowPlan:
     def registers_to_reference(self, dataset: str) -> bool:
         """preprocess.registration.target is ``reference`` (each scan registered to a training scan)."""
         pre = self.dataset_cfg[dataset]["preprocess"]
-        return bool(pre["register"]) and pre.get("registration", {}).get("target", "template") == "reference"
+        return bool(pre["register"]) and pre["registration"]["target"] == "reference"
 
     def registration_reference(self, dataset: str) -> str:
         """The raw scan every scan is registered to with ``registration.target: reference``: the
@@ -378,11 +374,10 @@ class WorkflowPlan:
         the output grid (the reference scan's preprocessed image with ``registration.target:
         reference``, else the template's ROI), its name, the scan that is the target, and the
         outlier rule's settings (``qc_outlier_mads``, ``qc_min_correlation``)."""
-        from .preprocess.qc import QC_DEFAULTS
-
         base = self.training_of[dataset]
-        settings = {k: self.dataset_cfg[dataset]["preprocess"].get("registration", {}).get(k, v)
-                    for k, v in QC_DEFAULTS.items()}
+        reg = self.dataset_cfg[dataset]["preprocess"].get("registration")  # absent when register: false
+        settings = {k: reg[k] if reg else default_of(f"datasets.*.preprocess.registration.{k}")
+                    for k in ("qc_outlier_mads", "qc_min_correlation")}
         if self.registers_to_reference(dataset):
             ref = sorted(s.id for s in self.plans[dataset].train)[0]
             return {"path": f"results/preprocessed/{base}/images/{ref}.nii.gz", "name": "reference scan", "id": ref,
@@ -551,8 +546,9 @@ class WorkflowPlan:
             n_full = len(self.generator_training_ids(self.sweep["dataset"]))
             n = len(self.generator_training_ids(dataset))
             for stage in ("diffusion",):  # the autoencoder is the swept generator's
-                batch = ldm[stage].get("batch_size", 2)
-                steps_full = ldm[stage].get("epochs", 100) * math.ceil(n_full / batch)
+                settings = diffusion_config(ldm[stage])  # the generator's own defaults filled
+                batch = settings["batch_size"]
+                steps_full = settings["epochs"] * math.ceil(n_full / batch)
                 ldm[stage]["epochs"] = max(1, round(steps_full / math.ceil(n / batch)))
         return ldm
 
@@ -561,7 +557,7 @@ class WorkflowPlan:
     def privacy_spaces(self, owner: str) -> list[str]:
         """Image space and a pretrained encoder's features where listed; latent space when the
         named generator learns this training set."""
-        wanted = self.privacy.get("spaces", [])
+        wanted = self.privacy["spaces"]
         spaces = [s for s in wanted if s == "image"]
         if "latent" in wanted and self.privacy_ae and self.training_of.get(self.privacy_ae) == owner:
             spaces.append("latent")

@@ -682,7 +682,7 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     params = _repo_params()["relict"]["alignment"]
     space = al.SearchSpace.from_params(params["search"])
     factor = al.preselect_factor(float(params["preselect_block_mm"]), shape, spacing, space, 0.5 * 8000 * 2 ** 20)
-    refine = al.refine_factor(params.get("coarse_mm"), spacing)
+    refine = al.refine_factor(params["coarse_mm"], spacing)
     if refine > 1:  # a coarse stage: rank 3n, align the best 1.6n (at least n)
         wanted = (max(n, int(math.ceil(ALIGNMENT_RANKED_KEEP_PER_N * n))), ALIGNMENT_RANKED_PER_N * n)
     else:
@@ -694,13 +694,13 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     pairs = (n_synthetic + n_heldout) * k
     # the recall check (relict.alignment.recall): sampled volumes of both sets aligned to every training
     # volume over the whole group, ~2.5x the per-pair cost (the demo: 0.15 against 0.06 s per pair)
-    sample = int((params.get("recall") or {}).get("sample", 0)) if k < n_train else 0
+    sample = int(params["recall"]["sample"]) if k < n_train else 0
     check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
     seconds = ((pairs + RECALL_CHECK_COST * check_pairs) * SECONDS_PER_ALIGNED_PAIR_1MM
                + (n_synthetic + n_heldout) * (k_ranked - k) * SECONDS_PER_RANKED_PAIR_1MM) * scale
     # the local level holds every synthetic, held-out and control volume twice (raw and smoothed)
     local_cfg = _repo_params()["relict"]["local"]
-    n_controls = n_heldout * len((local_cfg.get("controls") or {}).get("sizes_mm", []))
+    n_controls = n_heldout * len(local_cfg["controls"]["sizes_mm"])
     local_gb = (n_synthetic + n_heldout + n_controls) * 2 * 4 * float(np.prod(shape)) / 2 ** 30
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
@@ -714,21 +714,15 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
 
 
 def _search_plan(n_synthetic: int, n_heldout: int, n_train: int, n_closest: int | None) -> dict:
-    """The image level's search as the workflow will choose it (relict.search of the shipped params):
-    exhaustive up to ``auto_above_pairs``, else the shortlist, with the pairs each computes."""
+    """The image level's search as the workflow will choose it (relict.search of the shipped params)."""
     from .relict import search as relict_search
 
     params = _repo_params()["relict"]
-    cfg = {**relict_search.DEFAULTS, **params.get("search", {})}
-    n = int(n_closest or params["n_closest"])
-    queries, pairs = n_synthetic + n_heldout, (n_synthetic + n_heldout) * n_train
-    mode = relict_search.choose_mode(queries, n_train, cfg)
-    if mode == "exhaustive":
-        return {"mode": mode, "pairs": pairs, "threshold": int(cfg["auto_above_pairs"])}
-    k = relict_search.shortlist_size(n, n_train, float(cfg["shortlist"]["factor"]))
-    sample = min(int(cfg["recall"]["sample"]), n_synthetic) + min(int(cfg["recall"]["sample"]), n_heldout)
-    computed = queries * k + sample * (n_train - k)
-    return {"mode": mode, "pairs": computed, "k": k, "sample": sample, "threshold": int(cfg["auto_above_pairs"])}
+    plan = relict_search.search_plan(n_synthetic, n_heldout, n_train, int(n_closest or params["n_closest"]),
+                                     params["search"])
+    if plan["mode"] == "exhaustive":
+        return {k: plan[k] for k in ("mode", "pairs", "threshold")}
+    return plan
 
 
 def astra_installed() -> bool:
@@ -747,9 +741,12 @@ def _spacing_of(path: str) -> list[float]:
 
 
 def _repo_params() -> dict:
+    """The shipped params.yaml with the schema's defaults filled (what the workflow will read)."""
     import yaml
 
-    return yaml.safe_load(resources.default_params().read_text())
+    from .config import fill_defaults
+
+    return fill_defaults(yaml.safe_load(resources.default_params().read_text()))
 
 
 def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "data/manifest.tsv",

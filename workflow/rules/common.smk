@@ -28,6 +28,7 @@ try:
     PLAN = WorkflowPlan(config)
 except PlanError as e:
     raise WorkflowError(str(e)) from None
+config.update(PLAN.config)  # the schema's defaults filled (synthaudit.config.fill_defaults): rules read no others
 config["_provenance"] = _PROVENANCE  # after the schema check (it allows no unknown keys)
 # rules and scripts read the resolved entries (training_from expanded, the sweep's datasets added)
 config["datasets"] = PLAN.dataset_cfg

@@ -26,7 +26,7 @@ rule privacy_inputs:
         ids=lambda wc: [s.id for s in plan(wc).scans],
         patients=lambda wc: [s.patient_id for s in plan(wc).scans],
         roles=lambda wc: [s.role for s in plan(wc).scans],
-        downsample=PRIVACY.get("image_downsample", 1),
+        downsample=PRIVACY["image_downsample"],
         autoencoder=PRIVACY_AE,
         pretrained=PRIVACY.get("pretrained"),
     script:
@@ -55,7 +55,7 @@ rule privacy_inputs_synthetic:
     params:
         syn_ids=lambda wc: [v.id for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
         syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
-        downsample=PRIVACY.get("image_downsample", 1),
+        downsample=PRIVACY["image_downsample"],
         autoencoder=PRIVACY_AE,
         pretrained=PRIVACY.get("pretrained"),
     script:

@@ -83,7 +83,7 @@ rule relict_feature_measure:
         mem_mb=4000,
     params:
         extractor=config["relict"]["features"]["extractor"],
-        scaling=config["relict"]["features"].get("scaling", "none"),
+        scaling=config["relict"]["features"]["scaling"],
     script:
         "../scripts/relict_feature_measure.py"
 
@@ -474,7 +474,7 @@ rule relict_texture:
     resources:
         mem_mb=3000,
     params:
-        percentiles=CALIBRATION.get("texture_range_percentiles"),  # None: the module default
+        percentiles=CALIBRATION["texture_range_percentiles"],
         seed=CALIBRATION["matched_seed"],
         matched=lambda wc: wc.dataset in PLAN.matched_datasets,
     script:

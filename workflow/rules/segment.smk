@@ -95,6 +95,7 @@ rule import_nnunet_label:
         mem_mb=1000,
     params:
         n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
+        off_grid="error",  # predictions of the preprocessed volumes: on their grid, or refused (not a parameter)
     script:
         "../scripts/import_synthetic_label.py"
 

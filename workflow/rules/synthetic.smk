@@ -80,7 +80,7 @@ rule import_synthetic:
     resources:
         mem_mb=2000,
     params:
-        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
+        off_grid=lambda wc: ds_cfg(wc)["synthetic"]["off_grid"],
     script:
         "../scripts/import_synthetic.py"
 
@@ -102,7 +102,7 @@ rule import_synthetic_label:
         mem_mb=1000,
     params:
         n_classes=lambda wc: len(ds_cfg(wc)["segmentation"]["classes"]),
-        off_grid=lambda wc: ds_cfg(wc)["synthetic"].get("off_grid", "error"),
+        off_grid=lambda wc: ds_cfg(wc)["synthetic"]["off_grid"],
     script:
         "../scripts/import_synthetic_label.py"
 

@@ -16,7 +16,7 @@ with logged(snakemake.log[0]) as log:
     if source.is_dir():  # nnU-Net command mode: one folder of {id}.nii.gz predictions
         source = source / f"{snakemake.wildcards.vid}.nii.gz"
     data, affine = load_volume(source)
-    off_grid = snakemake.params.get("off_grid", "error")
+    off_grid = snakemake.params.off_grid
     data = onto_grid(str(source), data, affine, grid, off_grid=off_grid, what="label", label=True, log=log)
     check_labels(str(source), data, list(range(1, snakemake.params.n_classes + 1)))
     save_volume(snakemake.output.label, np.round(data), np.asarray(grid["affine"]), dtype=np.int16)

@@ -20,7 +20,7 @@ with logged(snakemake.log[0]) as log:
     train_rows = [i for i, r in enumerate(roles) if r == "train"]
     train_idx, val_idx = patient_split(patients, train_rows, cfg["training"]["validation_fraction"],
                                        cfg["training"]["split_seed"])
-    objective = "retrieval" if name == "retrieval" else cfg.get("filter_objective", "verification")
+    objective = "retrieval" if name == "retrieval" else cfg["filter_objective"]
     seed = cfg["training"]["seed"] + (0 if name == "retrieval" else int(name.removeprefix("filter")))
     log.info("%s (%s, seed %d) in %s space: %d training scans of %d patients, %d validation scans of %d patients",
              name, objective, seed, str(npz["space"]), len(train_idx), len({patients[i] for i in train_idx}),

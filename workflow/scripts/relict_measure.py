@@ -64,7 +64,7 @@ with logged(snakemake.log[0]) as log:
         ssim_sigma=snakemake.params.ssim["sigma"], ssim_truncate=snakemake.params.ssim["truncate"],
         use_sample_covariance=snakemake.params.ssim["use_sample_covariance"],
         progress=Progress(log, f"{measure}: training volumes compared", None),
-        threads=snakemake.threads, device=snakemake.config.get("compute", {}).get("device", "auto"),
+        threads=snakemake.threads, device=snakemake.config["compute"]["device"],
     )[measure]
     seconds = time.perf_counter() - start
     distances = registry.to_distance(measure, values)

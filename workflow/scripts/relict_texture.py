@@ -4,7 +4,7 @@ and noise that degrade the held-out scans to the samples' texture (the matched n
 
 from synthaudit.io import load_volume, write_json, write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict.texture import (RANGE_PERCENTILES, blur_curve, compare_sets, matched_degradation, texture_line,
+from synthaudit.relict.texture import (blur_curve, compare_sets, matched_degradation, texture_line,
                                        volume_texture)
 
 with logged(snakemake.log[0]) as log:
@@ -19,7 +19,7 @@ with logged(snakemake.log[0]) as log:
              len(held_volumes), len(rows) - len(held_volumes))
     curve = blur_curve(held_volumes)
     summary = compare_sets([r for r in rows if r["role"] == "synthetic"], [r for r in rows if r["role"] == "heldout"],
-                           curve, percentiles=snakemake.params.percentiles or RANGE_PERCENTILES)
+                           curve, percentiles=snakemake.params.percentiles)
     summary["degradation"] = matched_degradation(summary, held_volumes, snakemake.params.seed)
     write_tsv(snakemake.output.table, rows, ["id", "role", "noise_sd", "sharpness", "n_voxels"])
     write_json(snakemake.output.summary, summary)

@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from .. import numerics_torch
+from ..config import default_of
 from ..training import EarlyStopping, save_torch
 
 
@@ -89,7 +90,7 @@ def train_cvae(x: np.ndarray, y: np.ndarray, x_val: np.ndarray, y_val: np.ndarra
         xv, yv = torch.as_tensor(x_val, dtype=torch.float32, device=dev), torch.as_tensor(y_val, device=dev)
         opt = numerics_torch.adam(model.parameters(), lr=float(cfg["learning_rate"]))
         batch, beta = int(cfg["batch_size"]), float(cfg["beta"])
-        reconstruction = str(cfg.get("reconstruction", "sum"))
+        reconstruction = str(cfg.get("reconstruction") or default_of("anonymise.cvae.reconstruction"))  # library callers may omit it
         stopper, history = EarlyStopping(model, cfg["patience"]), []
         for epoch in range(int(cfg["max_epochs"])):
             model.train()

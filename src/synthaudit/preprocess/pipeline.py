@@ -19,7 +19,8 @@ import SimpleITK as sitk
 
 from ..io import VolumeError, check_on_grid, load_volume, spacing_from_affine
 from .intensity import window
-from .qc import QC_DEFAULTS, masked_correlation
+from ..config import object_defaults
+from .qc import masked_correlation
 from .register import (compose_affine, from_sitk, head_mask, reference_grid, register_affine, resample_to_grid,
                        to_sitk)
 
@@ -63,22 +64,11 @@ def output_grid(pre: dict, reference_image: str | None = None) -> dict:
             "reference": reference_image}
 
 
-# Registration keys added for issue 29 (precision for replica detection). A params.yaml
-# written before them validates and runs with these values, the ones params.yaml and
-# `synthaudit init` write (chosen on benchmarks/real_anatomy/registration_check.py).
-REGISTRATION_DEFAULTS = {
-    "target": "template",
-    "stages": ["rigid", "affine"],
-    "mask_margin_mm": 0.0,
-    "clip": [-200.0, 1500.0],
-    "rotation_search_deg": 30.0,
-    **QC_DEFAULTS,
-}
-
-
 def registration_settings(pre: dict) -> dict:
-    """The ``registration`` block of ``pre`` with :data:`REGISTRATION_DEFAULTS` filled in."""
-    return {**REGISTRATION_DEFAULTS, **pre["registration"]}
+    """The ``registration`` block of ``pre``, with the schema's defaults for the keys it leaves
+    out (params loaded through :mod:`synthaudit.config` have them already; a block given
+    directly, e.g. by a benchmark, gets them here from the same place)."""
+    return {**object_defaults("datasets.*.preprocess.registration"), **pre["registration"]}
 
 
 def _register(fixed: "RegistrationTarget", data: np.ndarray, affine: np.ndarray, reg: dict, threads: int | None):

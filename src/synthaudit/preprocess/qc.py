@@ -350,8 +350,6 @@ def registration_warnings(rows: list[dict], threshold: dict | None = None) -> li
 # fewer than MIN_SCANS_TO_CALIBRATE scans there is no spread to calibrate on and the rule is off.
 CORRELATION_SD_FLOOR = 0.02
 MIN_SCANS_TO_CALIBRATE = 5
-# the registration block's QC keys (issue 43) where a params.yaml written before them lacks them
-QC_DEFAULTS = {"qc_outlier_mads": 5.0, "qc_min_correlation": None}
 
 
 def correlation_threshold(correlations, outlier_mads: float, min_correlation: float | None = None) -> dict:

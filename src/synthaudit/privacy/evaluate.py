@@ -98,7 +98,7 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         if vhead != "pred":  # a contrastive filter has no probability: its decision threshold is its tau
             ver["threshold"] = first["tau"]
         boot = ver["bootstrap"]
-        unit = boot.get("unit", "pair")
+        unit = boot["unit"]
         pair_patients = (np.asarray(patients, dtype=object)[pairs[:, 0]], np.asarray(patients, dtype=object)[pairs[:, 1]])
         summary["verification"] = metrics.verification_metrics(
             vscore, same, threshold=ver["threshold"], n_bootstrap=boot["n"], seed=boot["seed"], level=boot["level"],
@@ -109,7 +109,7 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         summary["verification"]["score_head"] = vhead
         summary["verification"]["pairs"] = "every pair of held-out scans"
         # Packhäuser et al.'s threshold metrics: balanced pairs (every positive, as many negatives)
-        keep = filtering.balanced_pairs(same, ver.get("balanced_seed", ver["bootstrap"]["seed"]))
+        keep = filtering.balanced_pairs(same, ver["balanced_seed"])
         summary["verification_balanced"] = metrics.verification_metrics(
             vscore[keep], same[keep], threshold=ver["threshold"], n_bootstrap=boot["n"], seed=boot["seed"],
             level=boot["level"], unit=unit, pair_patients=(pair_patients[0][keep], pair_patients[1][keep]))

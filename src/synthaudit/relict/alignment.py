@@ -79,12 +79,13 @@ class SearchSpace:
     def from_params(cls, p: dict | None) -> "SearchSpace":
         if not p:
             return cls()
-        return cls(flip_axes=tuple(int(a) for a in p.get("flip_axes") or ()),
-                   max_shift_mm=float(p.get("max_shift_mm") or 0.0), subvoxel=bool(p.get("subvoxel", False)),
-                   rotation_deg=tuple(float(a) for a in p.get("rotation_deg") or () if float(a) != 0.0),
-                   rotation_axes=tuple(int(a) for a in p.get("rotation_axes", (0, 1, 2))),
-                   intensity_affine=bool(p.get("intensity_affine", False)),
-                   refine_top=int(p.get("refine_top") or 0), refine_block_mm=float(p.get("refine_block_mm") or 3.0))
+        # params loaded through synthaudit.config carry every key (the schema's defaults filled)
+        return cls(flip_axes=tuple(int(a) for a in p["flip_axes"]), max_shift_mm=float(p["max_shift_mm"]),
+                   subvoxel=bool(p["subvoxel"]),
+                   rotation_deg=tuple(float(a) for a in p["rotation_deg"] if float(a) != 0.0),
+                   rotation_axes=tuple(int(a) for a in p["rotation_axes"]),
+                   intensity_affine=bool(p["intensity_affine"]),
+                   refine_top=int(p["refine_top"]), refine_block_mm=float(p["refine_block_mm"]))
 
     @property
     def is_identity(self) -> bool:

@@ -43,9 +43,6 @@ MODES = ("auto", "exhaustive", "shortlist")
 # Which block means each image measure is shortlisted by: a measure blind to a linear change
 # of intensity (NCC) by the volume standardised first, every other by the raw volume.
 STAGE_OF_MEASURE = {"ncc": "standardised"}
-# params.yaml's relict.search, for params files written before it existed
-DEFAULTS = {"mode": "auto", "auto_above_pairs": 200_000, "shortlist": {"factor": 4, "block_mm": 6.0},
-            "recall": {"sample": 20, "seed": 0, "min_recall": 0.999}}
 # rows of queries per matrix product of the cheap stage (bounds its temporary)
 _CHUNK_ELEMENTS = 32_000_000
 
@@ -74,7 +71,7 @@ def choose_mode(n_queries: int, n_training: int, cfg: dict) -> str:
     ``auto`` searches exhaustively up to ``auto_above_pairs`` pairs (query x training), where
     the whole pass is cheap and exact by construction, and shortlists above.
     """
-    mode = cfg.get("mode", "auto")
+    mode = cfg["mode"]
     if mode not in MODES:
         raise ValueError(f"relict.search.mode must be one of {MODES}, got {mode!r}")
     if mode == "auto":
@@ -88,6 +85,24 @@ def shortlist_size(n_closest: int, n_training: int, factor: float) -> int:
         raise ValueError(f"relict.search.shortlist.factor must be at least 1 (K >= n keeps the ratio's n), "
                          f"got {factor}")
     return int(min(n_training, max(n_closest, math.ceil(factor * n_closest))))
+
+
+def search_plan(n_synthetic: int, n_heldout: int, n_training: int, n_closest: int, cfg: dict) -> dict:
+    """The image level's search for one training set, as the workflow runs it and ``init``
+    estimates it (one rule for both): ``mode``, ``k`` (candidates per query; the training set
+    when exhaustive), the recall ``sample`` searched exhaustively besides, and ``pairs`` computed.
+
+    ``n_synthetic``: the largest synthetic set that shares the training set (its held-out null
+    is searched alike)."""
+    queries = n_synthetic + n_heldout
+    mode = choose_mode(queries, n_training, cfg)
+    threshold = int(cfg["auto_above_pairs"])
+    if mode == "exhaustive":
+        return {"mode": mode, "k": n_training, "sample": 0, "pairs": queries * n_training, "threshold": threshold}
+    k = shortlist_size(n_closest, max(1, n_training), float(cfg["shortlist"]["factor"]))
+    sample = min(int(cfg["recall"]["sample"]), n_synthetic) + min(int(cfg["recall"]["sample"]), n_heldout)
+    return {"mode": mode, "k": k, "sample": sample, "pairs": queries * k + sample * (n_training - k),
+            "threshold": threshold}
 
 
 def block_factors(block_mm: float, spacing_mm: Sequence[float], shape: Sequence[int]) -> tuple[int, ...]:

@@ -29,7 +29,6 @@ import numpy as np
 from scipy import ndimage
 
 BLUR_SIGMAS_VOX = (0.0, 0.3, 0.6, 0.9, 1.2, 1.5, 2.0, 3.0)
-RANGE_PERCENTILES = (5.0, 95.0)  # params.yaml relict.calibration.texture_range_percentiles
 
 
 # the part of a volume's intensity range left out at each end (as a fraction of the range)
@@ -94,7 +93,7 @@ def effective_blur(sharpness: float, sigmas, curve) -> float | None:
     return float(np.interp(sharpness, c[::-1], s[::-1]))
 
 
-def _summary(rows: list[dict], key: str, percentiles=RANGE_PERCENTILES) -> dict | None:
+def _summary(rows: list[dict], key: str, percentiles) -> dict | None:
     values = np.array([r[key] for r in rows if r.get(key) is not None], dtype=np.float64)
     if values.size == 0:
         return None
@@ -102,12 +101,12 @@ def _summary(rows: list[dict], key: str, percentiles=RANGE_PERCENTILES) -> dict 
     return {"median": float(np.median(values)), "low": float(lo), "high": float(hi), "n": int(values.size)}
 
 
-def compare_sets(synthetic: list[dict], heldout: list[dict], curve: list[float | None],
-                 sigmas=BLUR_SIGMAS_VOX, percentiles=RANGE_PERCENTILES) -> dict:
+def compare_sets(synthetic: list[dict], heldout: list[dict], curve: list[float | None], percentiles,
+                 sigmas=BLUR_SIGMAS_VOX) -> dict:
     """The set's texture against the held-out scans': medians, the held-out ranges (``percentiles``,
     relict.calibration.texture_range_percentiles), the effective blur, and which of noise and
     sharpness lie outside the held-out range."""
-    out = {"synthetic": {k: _summary(synthetic, k) for k in ("noise_sd", "sharpness")},
+    out = {"synthetic": {k: _summary(synthetic, k, percentiles) for k in ("noise_sd", "sharpness")},
            "heldout": {k: _summary(heldout, k, percentiles) for k in ("noise_sd", "sharpness")},
            "range_percentiles": list(percentiles),
            "blur_sigmas_vox": list(sigmas), "heldout_blur_curve": curve, "differs": []}
@@ -126,7 +125,7 @@ def texture_line(t: dict, matched: bool = False) -> list[str]:
     look like the samples, and a warning when the set differs and its calls were calibrated on the
     scans as they are (``matched``: against the scans degraded by that fit, the matched null)."""
     syn, held = t["synthetic"], t["heldout"]
-    span = "-".join(f"{p:g}" for p in t.get("range_percentiles", RANGE_PERCENTILES)) + " %"
+    span = "-".join(f"{p:g}" for p in t["range_percentiles"]) + " %"
     if not (syn.get("sharpness") and held.get("sharpness")):
         return ["  smoothness check: not measured (too few voxels inside the intensity range)"]
     fit = t.get("degradation")
