@@ -101,6 +101,7 @@ numerics-digests: $(STAMP)
 # dvc.lock: the code, params and outputs the run in this folder used (dvc commit, no rerun)
 # stale outputs (files no rule writes any more) would enter the folders' hashes and fail CI's clean run
 lock: $(STAMP)
+	$(BIN)/python .ci/dvc_deps.py --write
 	$(BIN)/python .ci/stale_outputs.py --delete
 	$(BIN)/dvc commit --force --quiet
 

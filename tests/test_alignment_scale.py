@@ -316,7 +316,7 @@ def test_full_resolution_step_drops_a_spurious_coarse_rotation(monkeypatch):
         best, plain, kept = coarse(*args, **kwargs)
         return [(v, al.Transform(rotation_axis=2, angle_deg=5.0, shift_vox=t.shift_vox)) for v, t in best], plain, kept
 
-    monkeypatch.setattr(al, "_coarse_search", rotated_winner)
+    monkeypatch.setattr(al.ranking, "_coarse_search", rotated_winner)
     (res,) = al.align_pair_set_coarse_to_fine(syn, [src], SPACE, sp, factor=2)
     assert res.transform.rotation_axis == -1 and res.transform.angle_deg == 0
     assert res.transform.shift_vox == pytest.approx((-3.0, 2.0, -1.0), abs=0.2)

@@ -11,9 +11,6 @@ from test_envs import ROOT, rule_blocks
 DVC = yaml.safe_load((ROOT / "dvc.yaml").read_text())
 
 
-# rules that live in one stage's rule file but run in another stage's target (that stage's deps
-# must name their script instead)
-RUN_BY = {"feature_study": "feature_study", "feature_study_table": "feature_study", "generator_sweep": "figures"}
 
 
 def covered(path: str, deps: list[str]) -> bool:
@@ -28,7 +25,7 @@ def test_every_script_a_stage_runs_is_one_of_its_deps():
         for smk, name, body in rule_blocks():
             if f"workflow/rules/{smk.name}" not in smk_files:
                 continue
-            owner = RUN_BY.get(name, stage)
+            owner = _dvc_deps().RUN_BY.get(name, stage)  # a rule run by another stage's target
             owner_deps = [d for d in DVC["stages"][owner].get("deps", []) if isinstance(d, str)]
             for script in re.findall(r"\"\.\./scripts/([\w/]+\.py)\"", body):
                 checked += 1
@@ -49,3 +46,28 @@ def test_every_params_key_the_relict_rules_read_is_a_stage_param():
     assert len(keys) >= 5
     for key in sorted({a or b for a, b in keys} - {"review"}):  # review: the figures stage's (review.smk)
         assert f"relict.{key}" in params or "relict" in params, f"relict.{key} is not a param of the relict stage"
+
+
+def _dvc_deps():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("dvc_deps", ROOT / ".ci" / "dvc_deps.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_code_deps_are_the_modules_each_stage_imports_file_by_file():
+    """dvc.yaml's code deps are what .ci/dvc_deps.py finds (python .ci/dvc_deps.py --write), no
+    library folder is a dep (a docstring edit in one module re-runs only the stages that import
+    it), and the finder follows imports: the local level's module is the relict stage's alone."""
+    want = _dvc_deps().expected(DVC)
+    for stage, spec in DVC["stages"].items():
+        have = spec.get("deps", [])
+        assert set(have) == set(want[stage]), f"stage {stage}: python .ci/dvc_deps.py --write"
+        assert not [d for d in have if d.startswith("src/") and not d.endswith(".py")], stage
+    owners = [s for s, spec in DVC["stages"].items() if "src/synthaudit/relict/local.py" in spec["deps"]]
+    assert owners == ["relict"]
+    assert all("workflow/schemas/params.schema.yaml" in spec["deps"] for spec in DVC["stages"].values())
+    assert "src/synthaudit/privacy/metrics.py" in DVC["stages"]["privacy"]["deps"]
+    assert "src/synthaudit/privacy/metrics.py" not in DVC["stages"]["relict"]["deps"]

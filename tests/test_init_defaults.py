@@ -62,7 +62,7 @@ def test_alignment_on_when_affordable_off_with_its_estimate_otherwise(tmp_path, 
     assert p["relict"]["alignment"]["preselect_block_mm"] == 6
     assert "4x4x4 voxels on your grid (6 x 6 x 6 mm)" in text
     # an audit whose alignment would take longer than the budget: off, the estimate in the comment
-    monkeypatch.setattr(ws, "ALIGNMENT_BUDGET_HOURS", 1e-9)
+    monkeypatch.setattr(ws.estimate, "ALIGNMENT_BUDGET_HOURS", 1e-9)
     plan = write_workspace(tmp_path / "big", _folders(tmp_path / "in2", 20), progress=lambda m: None)
     assert _params(tmp_path / "big")["relict"]["alignment"]["datasets"] == []
     assert plan["derived"]["alignment_on"] is False
@@ -104,12 +104,12 @@ def test_unet_patch_fits_a_small_registered_grid(tmp_path):
 def test_feature_encoder_is_the_pretrained_ct_encoder_where_installed(tmp_path, monkeypatch):
     # real heads (docs/real_anatomy.md): the pretrained encoder separated copies by both embedding
     # measures; without its weights package the workspace keeps the repository's extractor
-    monkeypatch.setattr(ws, "astra_installed", lambda: True)
+    monkeypatch.setattr(ws.estimate, "astra_installed", lambda: True)
     plan = write_workspace(tmp_path / "with", _folders(tmp_path / "in", 6), progress=lambda m: None)
     assert _params(tmp_path / "with")["relict"]["features"]["extractor"] == "astra_resnet152"
     assert "pretrained 3D CT encoder" in plan["levels"][1]
     assert "docs/real_anatomy.md" in (tmp_path / "with/params.yaml").read_text()
-    monkeypatch.setattr(ws, "astra_installed", lambda: False)
+    monkeypatch.setattr(ws.estimate, "astra_installed", lambda: False)
     plan = write_workspace(tmp_path / "without", _folders(tmp_path / "in2", 6), progress=lambda m: None)
     repo = yaml.safe_load(ws.resources.default_params().read_text())["relict"]["features"]["extractor"]
     assert _params(tmp_path / "without")["relict"]["features"]["extractor"] == repo
@@ -134,7 +134,7 @@ def test_local_level_on_with_held_out_scans_when_its_volumes_fit_in_memory(tmp_p
     # 3 synthetic + 4 held-out + 4 x 3 controls, twice, float32, on the 12 x 14 x 10 grid
     assert plan["derived"]["local_memory_gb"] == pytest.approx((3 + 4 + 12) * 2 * 4 * 12 * 14 * 10 / 2 ** 30)
     assert "on (init): regions copied into new volumes" in (tmp_path / "with/params.yaml").read_text()
-    monkeypatch.setattr(ws, "LOCAL_MEMORY_GB", 1e-9)
+    monkeypatch.setattr(ws.estimate, "LOCAL_MEMORY_GB", 1e-9)
     write_workspace(tmp_path / "big", inp, progress=lambda m: None)
     assert _params(tmp_path / "big")["relict"]["local"]["enabled"] is False
     assert "the job would hold about 0 GB of volumes, above 1e-09" in (tmp_path / "big/params.yaml").read_text()

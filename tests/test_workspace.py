@@ -325,8 +325,9 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     rows = {r["synthetic_id"]: r for r in read_tsv(ws / "results/relict/audit/ranking_rmse.tsv")}
     assert rows["gen_a"]["closest_training_id"] == "pat0_s1" and rows["gen_b"]["closest_training_id"] == "pat2_s0"
     relict = json.loads((ws / "results/metrics/relict.json").read_text())
-    assert set(relict) == {"synthaudit", "audit"}  # provenance: the wheel's version, the params' hash
-    assert relict["synthaudit"]["version"] == synthaudit.__version__ and len(relict["synthaudit"]["params_sha256"]) == 64
+    assert set(relict) == {"audit"}
+    prov = json.loads((ws / "results/provenance.json").read_text())  # the wheel's version, the params' hash
+    assert prov["version"] == synthaudit.__version__ and len(prov["params_sha256"]) == 64
     workflow = subprocess.run([str(venv_bin / "python"), "-c", "import synthaudit.resources as r; print(r.snakefile())"],
                               env=env, capture_output=True, text=True, cwd=tmp_path).stdout.strip()
     assert workflow.startswith(str(tmp_path / "venv")) and str(checkout) not in (ws / "Snakefile").read_text()
@@ -420,7 +421,7 @@ def test_a_failing_init_leaves_nothing_and_can_be_run_again(tmp_path, monkeypatc
         (folder / "params.yaml").write_text("half written")
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(ws_module, "_write_files", broken)
+    monkeypatch.setattr(ws_module.write, "_write_files", broken)
     with pytest.raises(OSError):
         write_workspace(target, _inputs(d), progress=lambda m: None)
     assert not target.exists() and list(tmp_path.iterdir()) == [tmp_path / "in"]  # no temporary left either

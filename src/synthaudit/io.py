@@ -179,19 +179,21 @@ def split_timings(obj):
     return kept, timings
 
 
-def write_metrics(path: str | os.PathLike, obj: dict, provenance: dict | None) -> dict:
-    """A tracked metrics file (results/metrics/*.json): what the run measured, without timings,
-    under a ``synthaudit`` entry saying which version and which parameters (SHA-256 of the
-    params as loaded) produced it. Returns the timings it left out."""
+def write_metrics(path: str | os.PathLike, obj: dict) -> dict:
+    """A tracked metrics file (results/metrics/*.json): what the run measured, without timings.
+    Which version and parameters produced it is one file beside them (results/provenance.json,
+    :func:`synthaudit.resources.provenance`), so that ``dvc metrics diff`` shows science, not
+    hashes. Returns the timings it left out."""
     kept, timings = split_timings(obj)
     if PROVENANCE_KEY in kept:
-        raise ValueError(f"{path}: {PROVENANCE_KEY!r} is reserved for the provenance entry (a dataset of that name?)")
-    write_json(path, {PROVENANCE_KEY: dict(provenance or {}), **kept})
+        raise ValueError(f"{path}: {PROVENANCE_KEY!r} is reserved (metrics files before issue 44 held the provenance "
+                         "there; a dataset of that name?)")
+    write_json(path, kept)
     return timings
 
 
 def read_metrics(path: str | os.PathLike) -> dict:
-    """A metrics file's entries without the provenance entry."""
+    """A metrics file's entries (without the provenance entry that files written before issue 44 held)."""
     data = json.loads(Path(path).read_text())
     data.pop(PROVENANCE_KEY, None)
     return data

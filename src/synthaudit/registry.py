@@ -52,6 +52,8 @@ class Measure:
         alignable: Has an ``<name>_aligned`` variant (relict.alignment).
         multiclass: Needs more than one label class.
         aligned_from: For an aligned variant, the plain measure it is made from.
+        shortlist_stage: Which block means shortlist it (relict.search): ``raw`` volumes, or
+            ``standardised`` ones for a measure blind to a linear change of intensity (NCC).
     """
 
     name: str
@@ -64,6 +66,7 @@ class Measure:
     alignable: bool = False
     multiclass: bool = False
     aligned_from: str | None = None
+    shortlist_stage: str = "raw"
 
     def to_distance(self, values) -> np.ndarray:
         """Raw values as distances (small = alike), float64; paper 2.4 for similarities.
@@ -84,7 +87,7 @@ _BASE = (
     Measure("rmse", "image", "RMSE", None, True, "fused", alignable=True),
     Measure("ssim", "image", "SSIM", (-1.0, 1.0), True, "fused"),
     # not in RELICT: invariant to a linear intensity change of a replica
-    Measure("ncc", "image", "NCC", (-1.0, 1.0), True, "ncc"),
+    Measure("ncc", "image", "NCC", (-1.0, 1.0), True, "ncc", shortlist_stage="standardised"),
     # feature level (RELICT 2.3.2): embeddings of a 3D ResNet
     Measure("emb_rmse", "feature", "Embedding RMSE", None, True, "embedding_rmse"),
     Measure("emb_cosine", "feature", "Embedding cosine", (-1.0, 1.0), True, "embedding_cosine"),

@@ -23,6 +23,9 @@ WORKFLOW_DIR = Path(__file__).resolve().parent / "_workflow"
 class ResourceError(RuntimeError):
     """The installed package lacks its workflow (a broken or partial install)."""
 
+# where `synthaudit init` writes the input volumes it accepted with a warning (the verdict repeats them)
+INPUT_WARNINGS = "data/input_warnings.tsv"
+
 
 def workflow_dir() -> Path:
     """The folder holding synthaudit's Snakefile, ``workflow/``, ``envs/`` and ``params.yaml``

@@ -11,7 +11,7 @@ rule demo_classes:
     log:
         "logs/demo_classes/{dataset}.log",
     wildcard_constraints:
-        dataset=_alternatives(DEMO_DATASETS),
+        dataset=_alternatives(PLAN.demo_datasets),
     conda:
         "../../envs/imaging.yaml"
     threads: 1
@@ -103,13 +103,12 @@ rule anonymise_metrics:
     threads: 1
     resources:
         mem_mb=500,
-    params:
-        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
     script:
         "../scripts/anonymise_metrics.py"
 
 
 rule anonymise_all:
     input:
+        "results/provenance.json",
         [f"results/anonymise/{d}/table.tsv" for d in ANON_DATASETS],
         "results/metrics/anonymise.json",

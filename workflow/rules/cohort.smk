@@ -23,7 +23,7 @@ rule demo_atlas:
 # imports of NumPy, nibabel and SciPy again (issue 19; the demo's 22 patients: 29 job-seconds
 # as 22 jobs, 20 s as one). Each patient's stream is seeded by its number, so the files are
 # those the per-patient jobs wrote.
-for _d in DEMO_DATASETS:
+for _d in PLAN.demo_datasets:
 
     rule:
         name:
@@ -53,7 +53,7 @@ for _d in DEMO_DATASETS:
 
 
 # the TOF-like cohort, likewise (36 subjects: 40 job-seconds as 36 jobs, 12 s as one)
-for _d in [d for d in TOF_DATASETS if d in OWN_TRAINING]:
+for _d in [d for d in PLAN.tof_datasets if d in OWN_TRAINING]:
 
     rule:
         name:

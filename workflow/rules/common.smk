@@ -38,14 +38,9 @@ PLANS = PLAN.plans
 DATASETS = PLAN.datasets
 TRAINING_OF = PLAN.training_of
 OWN_TRAINING = PLAN.own_training
-DEMO_DATASETS = PLAN.demo_datasets
-TOF_DATASETS = PLAN.tof_datasets
 SPIKED_DATASETS = PLAN.spiked_datasets
-PERTURBED_DATASETS = PLAN.perturbed_datasets
 LDM_DATASETS = PLAN.ldm_datasets
-IMPORTED_DATASETS = PLAN.imported_datasets
 LABELLED_DATASETS = PLAN.labelled_datasets
-SWEEP = PLAN.sweep
 SWEEP_POINTS = PLAN.sweep_points
 AE_OWNER = PLAN.ae_owner
 AE_DATASETS = PLAN.ae_datasets
@@ -53,25 +48,17 @@ REVIEWED_DATASETS = PLAN.reviewed_datasets
 RATED_DATASETS = PLAN.rated_datasets
 FILTER_DATASETS = PLAN.filter_datasets
 AUGMENTED_DATASETS = PLAN.augmented_datasets
-SEG_DATASETS = PLAN.seg_datasets
-UNET_DATASETS = PLAN.unet_datasets
-FEATURE_DATASETS = PLAN.feature_datasets
-RECALL_DATASETS = PLAN.recall_datasets
 COPIES_DATASETS = PLAN.copies_datasets
-CALIBRATION_BASES = PLAN.calibration_bases
 
 # measures
-MEASURES = PLAN.measures
 MEASURES_BY_DS = PLAN.measures_by_dataset
 IMAGE_MEASURES = PLAN.image_measures
 FEATURE_MEASURES = PLAN.feature_measures
 SEG_MEASURES = PLAN.seg_measures
 ALIGN = PLAN.alignment
-ALIGNED_DATASETS = PLAN.aligned_datasets
 ALIGNED_MEASURES = PLAN.aligned_measures
 CALIBRATED = PLAN.calibrated
 CALIBRATION = PLAN.calibration
-LOCAL = PLAN.local
 LOCAL_DATASETS = PLAN.local_datasets
 RECALL_CFG = PLAN.recall
 
@@ -79,16 +66,13 @@ RECALL_CFG = PLAN.recall
 PRIVACY = PLAN.privacy
 PRIVACY_SETS = PLAN.privacy_sets
 PRIVACY_AE = PLAN.privacy_ae
-PRIVACY_TARGETS = PLAN.privacy_targets
-PRIVACY_FILTERS = PLAN.privacy_filters
-PRIVACY_RUNS = PLAN.privacy_runs
 ANON = PLAN.anonymise
 ANON_DATASETS = PLAN.anonymise_datasets
 
 
 wildcard_constraints:
     dataset=_alternatives(DATASETS),
-    measure=_alternatives(MEASURES + ALIGNED_MEASURES),
+    measure=_alternatives(PLAN.measures + ALIGNED_MEASURES),
     split="train|synthetic|heldout|matched",
     scan=r"[A-Za-z0-9][A-Za-z0-9._-]*",
     syn=r"[A-Za-z0-9][A-Za-z0-9._-]*",
@@ -120,6 +104,27 @@ privacy_truth = PLAN.privacy_truth
 
 
 # input functions: wildcards -> plan
+def _by_dataset(method):
+    """An input function: wildcards -> the plan's answer for the dataset."""
+    return lambda wc: method(wc.dataset)
+
+
+declared_classes = _by_dataset(PLAN.declared_classes)
+manifest_rows = _by_dataset(PLAN.manifest_rows)
+grid_reference = _by_dataset(PLAN.grid_reference)
+registration_reference_image = _by_dataset(PLAN.registration_reference)
+registration_target = _by_dataset(PLAN.registration_target)  # named inputs: unpack()
+grid_json = _by_dataset(PLAN.grid_json)
+training_qc = _by_dataset(PLAN.training_qc)
+training_features = _by_dataset(PLAN.training_features)
+training_labels = _by_dataset(PLAN.training_labels)
+rating_measure = _by_dataset(PLAN.rating_measure)
+heldout_source_patients = _by_dataset(PLAN.heldout_source_patients)
+generator_training_images = _by_dataset(PLAN.generator_training_images)
+privacy_synthetic_images = _by_dataset(PLAN.privacy_synthetic_images)
+anonymise_labels = _by_dataset(PLAN.anonymise_labels)
+
+
 def ds_cfg(wc):
     return PLAN.dataset_cfg[wc.dataset]
 
@@ -128,48 +133,12 @@ def plan(wc):
     return PLAN.plans[wc.dataset]
 
 
-def declared_classes(wc):
-    return PLAN.declared_classes(wc.dataset)
-
-
 def raw_image(wc):
     return PLAN.raw_image(wc.dataset, wc.scan)
 
 
 def raw_label(wc):
     return PLAN.raw_label(wc.dataset, wc.scan)
-
-
-def manifest_rows(wc):
-    return PLAN.manifest_rows(wc.dataset)
-
-
-def grid_reference(wc):
-    return PLAN.grid_reference(wc.dataset)
-
-
-def registration_reference_image(wc):
-    return PLAN.registration_reference(wc.dataset)
-
-
-def registration_target(wc):
-    return PLAN.registration_target(wc.dataset)  # named inputs: unpack()
-
-
-def grid_json(wc):
-    return PLAN.grid_json(wc.dataset)
-
-
-def training_qc(wc):
-    return PLAN.training_qc(wc.dataset)
-
-
-def training_features(wc):
-    return PLAN.training_features(wc.dataset)
-
-
-def training_labels(wc):
-    return PLAN.training_labels(wc.dataset)
 
 
 def shard_of(wc, items, axis):
@@ -192,29 +161,9 @@ def nnunet_prediction(wc):
     return PLAN.nnunet_prediction(wc.dataset, wc.vid)
 
 
-def rating_measure(wc):
-    return PLAN.rating_measure(wc.dataset)
-
-
 def heldout_matrix(wc):
     return PLAN.heldout_matrix(wc.dataset, wc.measure)
 
 
-def heldout_source_patients(wc):
-    return PLAN.heldout_source_patients(wc.dataset)
-
-
-def generator_training_images(wc):
-    return PLAN.generator_training_images(wc.dataset)
-
-
 def ldm_checkpoint(stage):
     return lambda wc: PLAN.ldm_checkpoint(wc.dataset, stage)
-
-
-def privacy_synthetic_images(wc):
-    return PLAN.privacy_synthetic_images(wc.dataset)
-
-
-def anonymise_labels(wc):
-    return PLAN.anonymise_labels(wc.dataset)

@@ -96,7 +96,6 @@ rule feature_study_table:
     resources:
         mem_mb=1000,
     params:
-        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         default=config["relict"]["features"],
         networks=STUDY["networks"],
     script:
@@ -105,4 +104,5 @@ rule feature_study_table:
 
 rule feature_study_all:
     input:
+        "results/provenance.json",
         rules.feature_study_table.output if STUDY_DATASETS and STUDY_NETWORKS else [],

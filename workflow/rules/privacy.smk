@@ -53,8 +53,8 @@ rule privacy_inputs_synthetic:
     resources:
         mem_mb=4000,
     params:
-        syn_ids=lambda wc: [v.id for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
-        syn_datasets=lambda wc: [d for d in PRIVACY_TARGETS[wc.dataset] for v in PLANS[d].synthetic],
+        syn_ids=lambda wc: [v.id for d in PLAN.privacy_targets[wc.dataset] for v in PLANS[d].synthetic],
+        syn_datasets=lambda wc: [d for d in PLAN.privacy_targets[wc.dataset] for v in PLANS[d].synthetic],
         downsample=PRIVACY["image_downsample"],
         autoencoder=PRIVACY_AE,
         pretrained=PRIVACY.get("pretrained"),
@@ -93,10 +93,10 @@ rule privacy_evaluate:
     input:
         real="results/privacy/{dataset}/{space}/real.npz",
         synthetic="results/privacy/{dataset}/{space}/synthetic.npz",
-        filters=expand("results/privacy/{{dataset}}/{{space}}/models/{model}.pt", model=PRIVACY_FILTERS),
+        filters=expand("results/privacy/{{dataset}}/{{space}}/models/{model}.pt", model=PLAN.privacy_filters),
         retrieval="results/privacy/{dataset}/{space}/models/retrieval.pt",
         # the per-epoch times (not in the model files, which must be the same bytes on every run)
-        histories=expand("results/privacy/{{dataset}}/{{space}}/models/{model}_history.tsv", model=PRIVACY_FILTERS),
+        histories=expand("results/privacy/{{dataset}}/{{space}}/models/{model}_history.tsv", model=PLAN.privacy_filters),
     output:
         summary="results/privacy/{dataset}/{space}/evaluation.json",
         timing="results/privacy/{dataset}/{space}/evaluation.timing.json",
@@ -127,8 +127,8 @@ rule privacy_evaluate:
 
 rule privacy_metrics:
     input:
-        evaluations=[f"results/privacy/{o}/{s}/evaluation.json" for o, s in PRIVACY_RUNS],
-        timings=[f"results/privacy/{o}/{s}/evaluation.timing.json" for o, s in PRIVACY_RUNS],
+        evaluations=[f"results/privacy/{o}/{s}/evaluation.json" for o, s in PLAN.privacy_runs],
+        timings=[f"results/privacy/{o}/{s}/evaluation.timing.json" for o, s in PLAN.privacy_runs],
     output:
         metrics="results/metrics/privacy.json",
         runtime="results/privacy/runtime.json",
@@ -159,7 +159,6 @@ rule privacy_metrics:
     resources:
         mem_mb=1000,
     params:
-        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         owners=PRIVACY_SETS,
     script:
         "../scripts/privacy_metrics.py"
@@ -167,4 +166,5 @@ rule privacy_metrics:
 
 rule privacy_all:
     input:
+        "results/provenance.json",
         "results/metrics/privacy.json",

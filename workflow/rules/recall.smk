@@ -20,7 +20,7 @@ rule relict_recall:
     log:
         "logs/relict_recall/{dataset}.log",
     wildcard_constraints:
-        dataset=_alternatives(RECALL_DATASETS),
+        dataset=_alternatives(PLAN.recall_datasets),
     conda:
         "../../envs/figures.yaml"
     threads: 1
@@ -36,7 +36,7 @@ rule relict_recall:
 
 rule recall_metrics:
     input:
-        [f"results/relict/{d}/recall.json" for d in RECALL_DATASETS],
+        [f"results/relict/{d}/recall.json" for d in PLAN.recall_datasets],
     output:
         "results/metrics/recall.json",
     log:
@@ -46,14 +46,13 @@ rule recall_metrics:
     threads: 1
     resources:
         mem_mb=500,
-    params:
-        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
     script:
         "../scripts/recall_metrics.py"
 
 
 rule recall_all:
     input:
+        "results/provenance.json",
         "results/metrics/recall.json",
 
 
@@ -65,7 +64,7 @@ rule generator_sweep:
         filtered=[f"results/filter/{d}/summary.json" for d in SWEEP_POINTS if d in FILTER_DATASETS],
         diffusion=[f"benchmarks/ldm_train_diffusion/{d}.tsv" for d in SWEEP_POINTS],
         sampling=[f"benchmarks/ldm_sample/{d}.tsv" for d in SWEEP_POINTS],
-        autoencoder=[f"benchmarks/ldm_train_autoencoder/{SWEEP['dataset']}.tsv"] if SWEEP_POINTS else [],
+        autoencoder=[f"benchmarks/ldm_train_autoencoder/{PLAN.sweep['dataset']}.tsv"] if SWEEP_POINTS else [],
     output:
         table="results/tables/generator_sweep.tsv",
         timing="results/tables/generator_sweep.timing.tsv",  # the times: apart, the table is the same bytes every run
@@ -84,10 +83,9 @@ rule generator_sweep:
     resources:
         mem_mb=1000,
     params:
-        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         datasets=SWEEP_POINTS,
         n_training=[len(generator_training_ids(d)) for d in SWEEP_POINTS],
-        base=SWEEP.get("dataset"),
+        base=PLAN.sweep.get("dataset"),
         filtered=[d in FILTER_DATASETS for d in SWEEP_POINTS],
     script:
         "../scripts/generator_sweep.py"

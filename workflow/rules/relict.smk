@@ -100,7 +100,7 @@ rule relict_segmentation_measure:
     benchmark:
         "benchmarks/relict_measure/{dataset}/{measure}/{shard}.tsv"
     wildcard_constraints:
-        dataset=_alternatives(SEG_DATASETS),
+        dataset=_alternatives(PLAN.seg_datasets),
         measure=_alternatives(SEG_MEASURES),
         shard=r"s\d+-t\d+",
     conda:
@@ -153,7 +153,7 @@ rule relict_align:
     benchmark:
         "benchmarks/relict_align/{dataset}.tsv"
     wildcard_constraints:
-        dataset=_alternatives(ALIGNED_DATASETS),
+        dataset=_alternatives(PLAN.aligned_datasets),
     conda:
         "../../envs/relict.yaml"
     threads: 2
@@ -185,7 +185,7 @@ use rule relict_measure as relict_heldout_measure with:
     benchmark:
         "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
     wildcard_constraints:
-        dataset=_alternatives(CALIBRATION_BASES),
+        dataset=_alternatives(PLAN.calibration_bases),
         measure=_alternatives(IMAGE_MEASURES),
     params:
         synthetic_ids=lambda wc: [s.id for s in plan(wc).heldout],
@@ -204,7 +204,7 @@ use rule relict_feature_measure as relict_heldout_feature_measure with:
     benchmark:
         "benchmarks/relict_heldout_measure/{dataset}/{measure}.tsv"
     wildcard_constraints:
-        dataset=_alternatives(CALIBRATION_BASES),
+        dataset=_alternatives(PLAN.calibration_bases),
         measure=_alternatives(FEATURE_MEASURES),
 
 
@@ -426,7 +426,7 @@ rule relict_metrics:
         # how each measure was searched, and the recall of the shortlist (relict.search)
         searches=[f"results/relict/{d}/search/{m}.json" for d in DATASETS for m in MEASURES_BY_DS[d]],
         # each dataset's embeddings name the extractor and the pooling grid used on its grid
-        features=[f"results/relict/features/{d}/synthetic.npz" for d in FEATURE_DATASETS],
+        features=[f"results/relict/features/{d}/synthetic.npz" for d in PLAN.feature_datasets],
         augmentation=[f"results/relict/{d}/augmentation.json" for d in AUGMENTED_DATASETS],
         copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
         local=[f"results/relict/{d}/local/local.json" for d in LOCAL_DATASETS],
@@ -441,11 +441,10 @@ rule relict_metrics:
     resources:
         mem_mb=500,
     params:
-        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
         datasets=DATASETS,
         rated=RATED_DATASETS,
         augmented=AUGMENTED_DATASETS,
-        feature_datasets=FEATURE_DATASETS,
+        feature_datasets=PLAN.feature_datasets,
         copies_datasets=COPIES_DATASETS,
         local_datasets=LOCAL_DATASETS,
         measures=MEASURES_BY_DS,
@@ -560,7 +559,7 @@ rule relict_local:
     resources:
         mem_mb=8000,
     params:
-        local=LOCAL,
+        local=PLAN.local,
         n_closest=config["relict"]["n_closest"],
         rate=CALIBRATION["rate"],
         synthetic_ids=lambda wc: [v.id for v in plan(wc).synthetic],
@@ -575,6 +574,7 @@ rule relict_local:
 
 rule relict_all:
     input:
+        "results/provenance.json",
         "results/metrics/relict.json",
         expand("results/relict/{dataset}/local/local_calls.tsv", dataset=LOCAL_DATASETS),
         expand("results/relict/{dataset}/texture.json", dataset=COPIES_DATASETS),

@@ -277,9 +277,9 @@ rule verdict:
         mem_mb=2000,
     params:
         datasets=REVIEWED_DATASETS,
-        measures=MEASURES,
+        measures=PLAN.measures,
         training_of=TRAINING_OF,
-        aligned=ALIGNED_DATASETS,  # searched for flipped/shifted/rotated copies; the verdict says which were not
+        aligned=PLAN.aligned_datasets,  # searched for flipped/shifted/rotated copies; the verdict says which were not
         # path templates for the script (functions: Snakemake would fill "{...}" as wildcards)
         synthetic_image=lambda wc: "results/synthetic/{dataset}/images/{id}.nii.gz",
         training_image=lambda wc: "results/preprocessed/{dataset}/images/{id}.nii.gz",
@@ -318,3 +318,22 @@ rule filter_summary:
 rule filter_all:
     input:
         "results/filter/summary.tsv",
+
+
+# Which synthaudit, parameters, numerics and device produced results/metrics: one file beside them
+# (Git-tracked), so that `dvc metrics diff` shows science and a parameter change touches this file,
+# not every metrics file.
+rule provenance:
+    output:
+        "results/provenance.json",
+    log:
+        "logs/provenance.log",
+    conda:
+        "../../envs/figures.yaml"
+    threads: 1
+    resources:
+        mem_mb=200,
+    params:
+        provenance=config["_provenance"],  # rerun when params.yaml changes: the file records its hash
+    script:
+        "../scripts/provenance.py"

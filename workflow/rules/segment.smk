@@ -30,7 +30,7 @@ rule segment_train_unet:
 
 # one prediction job per dataset writes every label map (the model loads once; per-volume
 # jobs spent most of their time importing MONAI)
-for _d in UNET_DATASETS:
+for _d in PLAN.unet_datasets:
 
     rule:
         name:
@@ -102,4 +102,4 @@ rule import_nnunet_label:
 
 rule segment_all:
     input:
-        [p for d in SEG_DATASETS for s in ("train", "synthetic") for p in seg_labels(d, s)],
+        [p for d in PLAN.seg_datasets for s in ("train", "synthetic") for p in seg_labels(d, s)],

@@ -6,7 +6,7 @@
 # less than a job's start (Python, NumPy, nibabel, SciPy): the demo's 96 spiked volumes took
 # 74 job-seconds as 96 jobs and 17 s as 5 (issue 19). Each volume's random stream is seeded by its id, so the files are those the
 # per-volume jobs wrote. The label maps are warped alongside when the training set has them.
-for _d in PERTURBED_DATASETS:
+for _d in PLAN.perturbed_datasets:
     _labelled = TRAINING_OF[_d] in LABELLED_DATASETS
 
     rule:
@@ -37,7 +37,7 @@ for _d in PERTURBED_DATASETS:
 
 # TOF: an anatomy replica is rendered (a training subject's vessel tree over a new
 # background); a non-replica is a held-out scan, copied
-for _d in [d for d in TOF_DATASETS if d in SPIKED_DATASETS]:
+for _d in [d for d in PLAN.tof_datasets if d in SPIKED_DATASETS]:
     _copied = [v for v in spiked_ids(_d) if PLAN.spiked_row(_d, v)["kind"] != "replica"]
 
     rule:
@@ -73,7 +73,7 @@ rule import_synthetic:
     log:
         "logs/import_synthetic/{dataset}/{syn}.log",
     wildcard_constraints:
-        dataset=_alternatives(IMPORTED_DATASETS),
+        dataset=_alternatives(PLAN.imported_datasets),
     conda:
         "../../envs/imaging.yaml"
     threads: 1
@@ -94,7 +94,7 @@ rule import_synthetic_label:
     log:
         "logs/import_synthetic_label/{dataset}/{syn}.log",
     wildcard_constraints:
-        dataset=_alternatives(IMPORTED_DATASETS),
+        dataset=_alternatives(PLAN.imported_datasets),
     conda:
         "../../envs/imaging.yaml"
     threads: 1

@@ -15,6 +15,6 @@ with logged(snakemake.log[0]) as log:
         noisiest = [k for k in s["methods"][0] if k.startswith("auc_noise_") and not k.endswith("_sd")][-1:]
         out[s["dataset"]] = {m["method"]: {k: m.get(k) for k in ("D", "D_raw", "auc", *noisiest, "replica_rate", "flag_rate")}
                              for m in s["methods"]}
-    write_metrics(snakemake.output.metrics, out, snakemake.config.get("_provenance"))
+    write_metrics(snakemake.output.metrics, out)
     write_json(snakemake.output.index, {"datasets": sorted(out), "summaries": list(snakemake.input)})
     log.info("anonymisation metrics of %d dataset(s)", len(out))

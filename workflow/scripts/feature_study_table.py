@@ -8,7 +8,7 @@ from synthaudit.logs import logged
 with logged(snakemake.log[0]) as log:
     rows = [r for path in snakemake.input for r in read_tsv(path)]
     write_tsv(snakemake.output.table, rows, ROW_COLUMNS)
-    write_metrics(snakemake.output.metrics, study_metrics(rows), snakemake.config.get("_provenance"))  # seconds: the table
+    write_metrics(snakemake.output.metrics, study_metrics(rows))  # seconds: the table
     default = default_candidate(snakemake.params.default, snakemake.params.networks)
     write_text(snakemake.output.markdown, study_markdown(rows, default))
     log.info("configured feature level: %s", default or "not one of the study's candidates")

@@ -2,7 +2,7 @@
 
 import json
 
-from synthaudit.figures import closest_by_measure_figure
+from synthaudit.relict.figures import closest_by_measure_figure
 from synthaudit.io import load_volume, write_json
 from synthaudit.logs import logged
 from synthaudit.review import tables

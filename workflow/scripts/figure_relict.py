@@ -2,7 +2,7 @@
 
 import json
 
-from synthaudit.figures import balanced_accuracy_figure, ratio_distribution_figure
+from synthaudit.relict.figures import balanced_accuracy_figure, ratio_distribution_figure
 from synthaudit.io import read_tsv
 from synthaudit.logs import logged
 

@@ -48,7 +48,7 @@ def main(log):
     write_tsv(snakemake.output.timing, rows, COLUMNS)
     write_metrics(snakemake.output.metrics, {"generator": snakemake.params.base, "autoencoder_train_seconds": t_ae,
                                           "points": {str(r["n_training"]): {k: r[k] for k in COLUMNS[2:]}
-                                                     for r in rows}}, snakemake.config.get("_provenance"))  # timings: the table and benchmarks/
+                                                     for r in rows}})  # timings: the table and benchmarks/
 
     if not rows:  # no generator_sweep configured: the outputs exist (DVC tracks them) and say so
         fig, ax = plt.subplots(figsize=(5, 1.5))

@@ -1,6 +1,6 @@
 """Snakemake adapter: the generator's training losses per epoch (autoencoder, diffusion)."""
 
-from synthaudit.figures import loss_figure
+from synthaudit.plotting import loss_figure
 from synthaudit.io import read_tsv
 from synthaudit.logs import logged
 

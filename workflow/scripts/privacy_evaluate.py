@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from synthaudit.figures import loss_figure
+from synthaudit.plotting import loss_figure
 from synthaudit.io import atomic_directory, read_tsv, write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.privacy import figures

@@ -18,7 +18,7 @@ with logged(snakemake.log[0]) as log:
     metrics, rows = summary.gather(evaluations)
     # seconds per epoch and the image/latent ratio: results/privacy/runtime.json, not the tracked metrics
     # nor the table, where they would change on every run
-    write_json(snakemake.output.runtime, write_metrics(snakemake.output.metrics, metrics, snakemake.config.get("_provenance")))
+    write_json(snakemake.output.runtime, write_metrics(snakemake.output.metrics, metrics))
     write_tsv(snakemake.output.table, without_timings(rows), summary.SUMMARY_COLUMNS)  # the header even without filters
 
     by_owner = summary.by_training_set(evaluations)

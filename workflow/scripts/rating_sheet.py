@@ -11,7 +11,7 @@ import html
 import json
 from pathlib import Path
 
-from synthaudit.figures import pair_figure
+from synthaudit.relict.figures import pair_figure
 from synthaudit.io import load_volume, write_text
 from synthaudit.logs import Progress, logged
 from synthaudit.ratings import write_rating_template

@@ -15,5 +15,5 @@ with logged(snakemake.log[0]) as log:
     for path in snakemake.input:
         s = json.loads(open(path).read())
         out[s["dataset"]] = {k: s.get(k) for k in KEYS}
-    write_metrics(snakemake.output[0], out, snakemake.config.get("_provenance"))
+    write_metrics(snakemake.output[0], out)
     log.info("recall of %d dataset(s)", len(out))

@@ -7,7 +7,7 @@ from synthaudit.io import read_tsv, write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.relict import calibration
 from synthaudit.relict.copies import copy_table, headline
-from synthaudit.figures import calibration_figure
+from synthaudit.relict.figures import calibration_figure
 from synthaudit.ratings import consensus, read_ratings
 from synthaudit.relict.evaluate import calibrated_performance
 from synthaudit.relict.ranking import read_ranking

@@ -32,6 +32,6 @@ with logged(snakemake.log[0]) as log:
     copy_counts = {d: agg.copies_entry(s) for d, s in copies.items()}
     for d, summary in local.items():
         copy_counts.setdefault(d, {}).update(agg.local_entry(summary))
-    write_metrics(snakemake.output.relict, metrics, snakemake.config.get("_provenance"))
-    write_metrics(snakemake.output.copies, copy_counts, snakemake.config.get("_provenance"))
+    write_metrics(snakemake.output.relict, metrics)
+    write_metrics(snakemake.output.copies, copy_counts)
     log.info("metrics for %d dataset(s): %s", len(metrics), snakemake.output.relict)

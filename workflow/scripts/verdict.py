@@ -7,7 +7,7 @@ and results/figures/{dataset}/verdict.png). Numbers are read from the run's own 
 import base64
 from pathlib import Path
 
-from synthaudit.figures import verdict_figure
+from synthaudit.relict.figures import verdict_figure
 from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import logged
 from synthaudit.review.verdict import dataset_verdict, verdict_lines

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from ..figures import save_figure  # noqa: E402
+from ..plotting import save_figure  # noqa: E402
 
 FAMILY_STYLE = {"k-Same": ("#d95f02", "s"), "CVAE offline": ("#1b9e77", "o"), "original": ("#444444", "x")}
 

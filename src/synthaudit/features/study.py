@@ -210,7 +210,7 @@ def study_figure(rows: Sequence[Mapping], path) -> None:
     """AUC (bars) and balanced accuracy (dots) of every candidate, one panel per dataset and measure."""
     import matplotlib.pyplot as plt
 
-    from ..figures import save_figure
+    from ..plotting import save_figure
 
     datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     measures = list(dict.fromkeys(r["measure"] for r in rows))

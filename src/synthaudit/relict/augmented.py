@@ -68,7 +68,7 @@ def figure(path, rows: list[dict], title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..figures import MEASURE_LABELS, save_figure
+    from ..plotting import MEASURE_LABELS, save_figure
 
     measures = list(dict.fromkeys(r["measure"] for r in rows))
     kinds = list(dict.fromkeys(r["kind"] for r in rows))

@@ -37,19 +37,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import registry
 from ..io import atomic_path
 
 MODES = ("auto", "exhaustive", "shortlist")
-# Which block means each image measure is shortlisted by: a measure blind to a linear change
-# of intensity (NCC) by the volume standardised first, every other by the raw volume.
-STAGE_OF_MEASURE = {"ncc": "standardised"}
 # rows of queries per matrix product of the cheap stage (bounds its temporary)
 _CHUNK_ELEMENTS = 32_000_000
 
 
 def stage_of(measure: str) -> str:
     """The cheap stage that shortlists ``measure`` (base name: ``mae_aligned`` is shortlisted as ``mae``)."""
-    return STAGE_OF_MEASURE.get(measure.removesuffix("_aligned"), "raw")
+    return registry.get(measure.removesuffix("_aligned")).shortlist_stage  # the registry row says
 
 
 def is_shortlisted(measure: str) -> bool:

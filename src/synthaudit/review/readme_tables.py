@@ -17,10 +17,11 @@ import json
 import re
 from pathlib import Path
 
+from .. import registry
+
 DATASETS = ["ncct_demo", "ncct_demo_hard", "tof_demo", "tof_demo_batch2", "ncct_demo_aug"]
-MEASURES = ["mae", "rmse", "ssim", "ncc", "emb_rmse", "emb_cosine", "dice_binary", "dice_multiclass", "asd_binary",
-            "asd_multiclass"]
-ALIGNED = ["mae_aligned", "rmse_aligned"]
+MEASURES = registry.names()  # the columns: every whole-volume measure, then the aligned variants
+ALIGNED = [f"{m}_aligned" for m in registry.alignable()]
 # the page that holds the marked tables, relative to the repository root
 TARGET = Path("docs/demo_results.md")
 

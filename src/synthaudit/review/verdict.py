@@ -15,7 +15,7 @@ from pathlib import Path
 from ..io import read_metrics, read_tsv
 from ..relict.ranking import read_ranking
 from ..relict.texture import texture_line
-from ..workspace import WARNINGS_FILE
+from ..resources import INPUT_WARNINGS as WARNINGS_FILE
 
 
 def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,

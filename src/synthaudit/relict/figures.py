@@ -6,28 +6,9 @@ workflow's outputs, so figures are rules with those outputs as inputs.
 
 from __future__ import annotations
 
-import matplotlib
+import numpy as np
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from .io import atomic_path  # noqa: E402
-
-LIKERT_COLOURS = {1: "#1a9850", 2: "#91cf60", 3: "#fc8d59", 4: "#d73027"}
-from .registry import MEASURES as _MEASURES  # noqa: E402
-
-MEASURE_LABELS = {name: m.label for name, m in _MEASURES.items()}
-
-
-def save_figure(fig, path) -> None:
-    """Write a figure as PNG atomically (a failed run leaves no half-written image) and close it."""
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=120, bbox_inches="tight")
-    plt.close(fig)
-
-
-_save = save_figure
+from ..plotting import LIKERT_COLOURS, MEASURE_LABELS, _mid_slices, plt, save_figure
 
 
 def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[str, dict], title: str,
@@ -38,7 +19,7 @@ def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[s
     measures on the absolute distance (RELICT 2.4); ``notes`` adds a line to a panel's
     title (e.g. the feature extractor, "untrained").
     """
-    from . import registry
+    from .. import registry
 
     notes = notes or {}
     n = len(sweeps)
@@ -66,7 +47,7 @@ def balanced_accuracy_figure(path, sweeps: dict[str, list[dict]], optima: dict[s
         row[0].set_ylabel("balanced accuracy")
     fig.suptitle(title)
     fig.tight_layout()
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optima: dict[str, dict],
@@ -76,7 +57,7 @@ def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optim
     Scores are distance ratios (image, feature level) or absolute distances
     (segmentation level, in their own units): one panel per kind.
     """
-    from . import registry
+    from .. import registry
 
     groups = [("distance ratio (closest / mean of n closest)", [m for m in measures if registry.get(m).uses_ratio]),
               ("absolute distance to the closest (segmentation)",
@@ -104,13 +85,7 @@ def ratio_distribution_figure(path, rows: list[dict], measures: list[str], optim
     axes[0][-1].legend(handles=handles, fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.suptitle(title)
     fig.tight_layout()
-    _save(fig, path)
-
-
-def _mid_slices(vol: np.ndarray) -> list[np.ndarray]:
-    """Axial, coronal and sagittal mid-slices, oriented for display (superior/anterior up)."""
-    x, y, z = (s // 2 for s in vol.shape)
-    return [vol[:, :, z].T, vol[:, y, :].T, vol[x, :, :].T]
+    save_figure(fig, path)
 
 
 def pair_figure(path, synthetic: np.ndarray, training: np.ndarray, syn_id: str, train_id: str,
@@ -130,7 +105,7 @@ def pair_figure(path, synthetic: np.ndarray, training: np.ndarray, syn_id: str, 
             if row == 0:
                 ax.set_title(view)
     fig.suptitle(f"{syn_id} vs {train_id}" + (f"  ({subtitle})" if subtitle else ""))
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def closest_by_measure_figure(path, synthetic: np.ndarray, closest: dict[str, tuple[str, np.ndarray]],
@@ -147,24 +122,7 @@ def closest_by_measure_figure(path, synthetic: np.ndarray, closest: dict[str, tu
         ax.set_xticks([])
         ax.set_yticks([])
     fig.suptitle("Closest training volume by each measure (RELICT Figure 6)")
-    _save(fig, path)
-
-
-def loss_figure(path, histories: dict[str, list[dict]], title: str) -> None:
-    """Training loss per epoch, one panel per model (log scale: losses fall by decades)."""
-    fig, axes = plt.subplots(1, len(histories), figsize=(5 * len(histories), 3.6), squeeze=False)
-    for ax, (name, rows) in zip(axes[0], histories.items()):
-        epochs = [int(r["epoch"]) for r in rows]
-        losses = [float(r["loss"]) for r in rows]
-        ax.plot(epochs, losses, marker="o" if len(rows) < 30 else None, ms=3)
-        if losses and min(losses) > 0:
-            ax.set_yscale("log")
-        ax.set_xlabel("epoch")
-        ax.set_ylabel("training loss")
-        ax.set_title(name)
-        ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    _save(fig, path)
+    save_figure(fig, path)
 
 
 def calibration_figure(path, rankings: dict[str, list[dict]], nulls: dict[str, list[dict]], rate: float,
@@ -176,8 +134,8 @@ def calibration_figure(path, rankings: dict[str, list[dict]], nulls: dict[str, l
     the known truth when there is one. The dashed line is the whole pool's calibrated
     threshold (scores below it are called).
     """
-    from . import registry
-    from .relict import calibration
+    from .. import registry
+    from . import calibration
 
     truth = truth or {}
     n = len(rankings)
@@ -233,4 +191,4 @@ def verdict_figure(path, pairs: list[tuple[str, str, np.ndarray, np.ndarray, str
     for ax in axes.ravel()[len(pairs) * 6:]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
-    _save(fig, path)
+    save_figure(fig, path)

@@ -1,0 +1,165 @@
+"""The user's folders as one manifest: NIfTI files found, unreadable ones named, patients from a
+table or a pattern, case collisions refused."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..io import read_tsv
+from ..sources import ID_PATTERN, MIN_TRAINING, NIFTI_SUFFIXES, SourceError, read_manifest, strip_nifti
+from ..sources import check_case_collisions as _case_collisions
+
+
+MANIFEST_COLUMNS = ["id", "image", "label", "patient_id", "role"]
+
+
+MIN_HELDOUT_AT_5_PERCENT = 19  # relict.calibration: 1 / (n + 1) <= 0.05
+
+
+class WorkspaceError(ValueError):
+    """A problem with the user's folders, naming the file."""
+
+
+def check_case_collisions(ids, where: str) -> None:
+    try:
+        _case_collisions(ids, where)
+    except SourceError as e:
+        raise WorkspaceError(str(e)) from None
+
+
+@dataclass
+class Inputs:
+    """What the user points `synthaudit init` at (the command's options)."""
+
+    training: Path
+    synthetic: Path
+    heldout: Path | None = None
+    labels: Path | None = None
+    synthetic_labels: Path | None = None
+    patient_ids: Path | None = None
+    patient_pattern: str | None = None
+    registered: bool = False
+    modality: str = "ct"
+    ratings: Path | None = None
+    classes: list[str] = field(default_factory=list)
+    name: str = "audit"
+
+
+def nifti_files(folder: Path, what: str) -> dict[str, Path]:
+    """id -> file for every NIfTI file in a folder (the id is the name without .nii/.nii.gz)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise WorkspaceError(f"{folder}: {what} folder not found")
+    files = {}
+    for p in sorted(folder.iterdir()):
+        if not p.is_file() or not p.name.endswith(NIFTI_SUFFIXES):
+            continue
+        i = strip_nifti(p.name)
+        if not ID_PATTERN.match(i):
+            raise WorkspaceError(f"{p}: file name {i!r} is not a usable id (letters, digits, '.', '_', '-'; "
+                                 "starting with a letter or digit)")
+        if i in files:
+            raise WorkspaceError(f"{folder}: {files[i].name} and {p.name} give the same id {i!r}")
+        files[i] = p.resolve()
+    if not files:
+        raise WorkspaceError(f"{folder}: no NIfTI files (*.nii, *.nii.gz) in the {what} folder")
+    bad = [problem for problem in map(unreadable, files.values()) if problem]
+    if bad:
+        raise WorkspaceError(f"{len(bad)} unreadable file(s) in the {what} folder:\n  " + "\n  ".join(bad[:20])
+                             + (f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""))
+    return files
+
+
+def unreadable(path: Path) -> str | None:
+    """Why a file is no NIfTI volume at all (0 bytes, no NIfTI header), or None.
+
+    Checked as the folders are listed, before ids are matched between folders: otherwise an
+    empty sample without a label map is refused as "no label map", which hides the cause.
+    Only the header is read here; check_volumes reads the data.
+    """
+    import nibabel as nib
+
+    try:
+        if Path(path).stat().st_size == 0:
+            return f"{path}: empty file (0 bytes)"
+        nib.load(str(path))
+    except Exception as e:  # nibabel raises many types for files that are not NIfTI
+        return f"{path}: not a readable NIfTI ({type(e).__name__}: {e})"
+    return None
+
+
+def patients(ids: list[str], table: Path | None, pattern: str | None) -> tuple[dict[str, str], str]:
+    """Patient of each scan: from a TSV (id, patient_id), a regular expression on the id (its
+    first group, or the group named ``patient``), or one patient per scan. Returns the map and
+    how it was made (for the plan)."""
+    if table is not None:
+        rows = read_tsv(table)
+        if not rows or not {"id", "patient_id"} <= set(rows[0]):
+            raise WorkspaceError(f"{table}: needs columns id and patient_id")
+        given = {r["id"].strip(): r["patient_id"].strip() for r in rows}
+        missing = [i for i in ids if i not in given]
+        if missing:
+            raise WorkspaceError(f"{table}: no patient_id for {len(missing)} scan(s), e.g. {missing[:5]}")
+        return {i: given[i] for i in ids}, f"from {table}"
+    if pattern:
+        rx = re.compile(pattern)
+        out = {}
+        for i in ids:
+            m = rx.search(i)
+            if not m or not (m.groupdict().get("patient") or (m.groups() and m.group(1))):
+                raise WorkspaceError(f"--patient-pattern {pattern!r} finds no patient in the id {i!r}")
+            out[i] = m.groupdict().get("patient") or m.group(1)
+        return out, f"from the file names (pattern {pattern!r})"
+    return {i: i for i in ids}, "one patient per scan (no --patient-ids or --patient-pattern)"
+
+
+def build_manifest(inp: Inputs) -> tuple[list[dict], str]:
+    """Rows of data/manifest.tsv (absolute paths) from the training folder or manifest and the
+    held-out folder; labels from the label folder where a file of the same id exists."""
+    if Path(inp.training).is_file():  # a manifest the user already has
+        try:
+            scans = read_manifest(inp.training)
+        except SourceError as e:
+            raise WorkspaceError(str(e)) from None
+        rows = [{"id": s.id, "image": str(Path(s.image).resolve()), "label": s.label or "",
+                 "patient_id": s.patient_id, "role": s.role} for s in scans]
+        how = f"from {inp.training}"
+    else:
+        images = nifti_files(inp.training, "training")
+        roles = {i: "train" for i in images}
+        if inp.heldout:
+            held = nifti_files(inp.heldout, "held-out")
+            both = sorted(set(held) & set(images))
+            if both:
+                raise WorkspaceError(f"{inp.heldout}: id(s) also in the training folder: {both[:5]}")
+            images.update(held)
+            roles.update({i: "heldout" for i in held})
+        who, how = patients(list(images), inp.patient_ids, inp.patient_pattern)
+        rows = [{"id": i, "image": str(images[i]), "label": "", "patient_id": who[i], "role": roles[i]}
+                for i in images]
+    if inp.labels:
+        labels = nifti_files(inp.labels, "label")
+        for r in rows:
+            if not r["label"] and r["id"] in labels:
+                r["label"] = str(labels[r["id"]])
+        missing = [r["id"] for r in rows if r["role"] == "train" and not r["label"]]
+        if missing:
+            raise WorkspaceError(f"{inp.labels}: no label map for {len(missing)} training scan(s), e.g. "
+                                 f"{missing[:5]} (expected <id>.nii.gz beside the others)")
+    check_case_collisions([r["id"] for r in rows], str(inp.training))
+    n_train = sum(r["role"] == "train" for r in rows)
+    if n_train < MIN_TRAINING:
+        raise WorkspaceError(f"{inp.training}: {n_train} training scan(s); the distance ratio needs at least "
+                             f"{MIN_TRAINING}")
+    return rows, how
+
+
+def _load(path: Path):
+    from ..io import VolumeError, load_volume
+
+    try:
+        return load_volume(path)
+    except VolumeError as e:
+        raise WorkspaceError(str(e)) from None

