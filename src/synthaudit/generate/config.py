@@ -12,36 +12,12 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-AUTOENCODER_DEFAULTS: dict = {
-    "channels": [16, 32],        # feature channels per level; the shape halves at each level but the last
-    "latent_channels": 3,
-    "num_res_blocks": 1,         # per level (an int, or one per level)
-    "attention_levels": None,    # None: no attention at any level
-    "norm_num_groups": 8,        # GroupNorm groups; every channel count must be a multiple
-    "nonlocal_attention": False,  # attention at the lowest level of encoder and decoder (memory ~ voxels^2)
-    "kl_weight": 1e-6,
-    "learning_rate": 1e-4,
-    "batch_size": 2,
-    "epochs": 100,
-    "patch_size": None,          # None: whole (padded) volumes; else random crops of this shape
-}
+from ..config import object_defaults
 
-DIFFUSION_DEFAULTS: dict = {
-    "channels": [32, 64],
-    "attention_levels": None,    # None: no attention in the levels (the middle block always has some)
-    "num_res_blocks": 1,
-    "num_head_channels": 8,      # an int, or one per level; must divide the channels that get attention
-    "norm_num_groups": 8,
-    "num_train_timesteps": 1000,
-    "schedule": "scaled_linear_beta",  # or "linear_beta"
-    "beta_start": 0.0015,
-    "beta_end": 0.0195,
-    "learning_rate": 1e-4,
-    "batch_size": 2,
-    "epochs": 100,
-    "num_inference_steps": 50,   # DDIM steps when sampling
-    "sample_batch_size": 1,      # volumes denoised at once when sampling
-}
+# The defaults are the params schema's (datasets.<name>.synthetic.ldm.autoencoder / .diffusion:
+# each key's default and meaning there, docs/params.md); a library caller gets the same ones.
+AUTOENCODER_DEFAULTS: dict = object_defaults("datasets.*.synthetic.ldm.autoencoder")
+DIFFUSION_DEFAULTS: dict = object_defaults("datasets.*.synthetic.ldm.diffusion")
 
 # Keys that do not change what training computes: left out of the checkpoint configuration.
 _NOT_TRAINING = {"epochs", "num_inference_steps", "sample_batch_size"}
