@@ -32,6 +32,7 @@ include: "workflow/rules/features.smk"
 include: "workflow/rules/segment.smk"
 include: "workflow/rules/relict.smk"
 include: "workflow/rules/recall.smk"
+include: "workflow/rules/fidelity.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/review.smk"
 include: "workflow/rules/privacy.smk"
@@ -55,6 +56,7 @@ rule all:
         rules.generate_all.input,
         rules.relict_all.input,
         rules.recall_all.input,
+        rules.fidelity_all.input,
         rules.sweep_all.input,
         rules.figures_all.input,
         rules.review_all.input,

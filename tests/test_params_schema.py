@@ -14,7 +14,7 @@ from synthaudit.config import _object_schema, default_of, fill_defaults, load_pa
 from synthaudit.workflow_plan import WorkflowPlan
 
 ROOT = Path(__file__).resolve().parents[1]
-GLOBAL = ("relict", "privacy", "anonymise", "feature_study", "generator_sweep", "compute")
+GLOBAL = ("relict", "fidelity", "privacy", "anonymise", "feature_study", "generator_sweep", "compute")
 
 
 def _properties(schema):

@@ -104,6 +104,12 @@ def test_demo_metrics_have_every_measure(demo):
     assert re.fullmatch(r"[0-9a-f]{64}", prov["params_sha256"])
     for path in (demo / "results/metrics").glob("*.json"):
         assert "synthaudit" not in json.loads(path.read_text()), path.name
+    # fidelity beside privacy (issue 45): each measure with its CI and the held-out floor, and C_T
+    fid = json.loads((demo / "results/metrics/fidelity.json").read_text())["ncct_demo"]
+    assert {"frechet_distance", "authenticity", "alpha_precision", "beta_recall"} <= set(fid) and "c_t" in fid
+    assert fid["frechet_distance"]["floor"] is not None and fid["frechet_distance"]["ci_low"] <= \
+        fid["frechet_distance"]["value"] <= fid["frechet_distance"]["ci_high"]
+    assert "fidelity (" in (demo / "results/verdict.rst").read_text()
     image_feature = {"mae", "rmse", "ssim", "ncc", "emb_rmse", "emb_cosine"}
     assert set(metrics["ncct_demo"]) == image_feature | {"dice_binary", "asd_binary"}  # one class: no multiclass
     assert set(metrics["tof_demo"]) == {"rmse", "dice_multiclass", "asd_multiclass"}  # its finding (tiny_params)

@@ -157,6 +157,13 @@ class WorkflowPlan:
                                     key=lambda d: len(self.generator_training_ids(d)))
                              if self.sweep_datasets else [])
 
+        # fidelity beside privacy (synthaudit.fidelity): the reviewed sets with feature embeddings and
+        # a training set with held-out scans (the floor and C_T's test sample)
+        self.fidelity = config["fidelity"]
+        self.fidelity_datasets = ([d for d in self.reviewed_datasets if d in self.feature_datasets
+                                   and self.training_of[d] in self.calibration_bases and self.plans[d].synthetic]
+                                  if self.fidelity["enabled"] else [])
+
         self.privacy = config.get("privacy") or {}
         self.privacy_sets = list(self.privacy.get("training_sets") or [])
         self.privacy_ae = self.privacy.get("latent_autoencoder")

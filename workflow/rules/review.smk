@@ -258,6 +258,7 @@ rule verdict:
         texture=[f"results/relict/{d}/texture.json" for d in COPIES_DATASETS if d in REVIEWED_DATASETS],
         local=[f"results/relict/{d}/local/local.json" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
         local_figures=[f"results/figures/{d}/local_copies.png" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
+        fidelity=[f"results/fidelity/{d}/fidelity.json" for d in PLAN.fidelity_datasets],
         # an audit workspace's input warnings (synthaudit init), which the verdict repeats
         warnings=lambda wc: [p for p in ["data/input_warnings.tsv"] if Path(p).is_file()],
     output:

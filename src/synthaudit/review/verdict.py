@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..io import read_metrics, read_tsv
 from ..relict.ranking import read_ranking
+from ..fidelity.audit import summary_lines as fidelity_lines
 from ..relict.texture import texture_line
 from ..resources import INPUT_WARNINGS as WARNINGS_FILE
 
@@ -55,6 +56,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     texture = base / "texture.json"
     if texture.is_file():  # relict.texture: the samples' smoothness and noise against the held-out scans'
         out["texture"] = json.loads(texture.read_text())
+    fidelity = Path(root) / "results" / "fidelity" / dataset / "fidelity.json"
+    if fidelity.is_file():  # synthaudit.fidelity: how good the samples are, beside whether they copy
+        out["fidelity"] = json.loads(fidelity.read_text())
     local = base / "local" / "local.json"
     if local.is_file():  # relict.local: regions copied into otherwise new volumes
         out["local"] = local_verdict(base / "local")
@@ -141,6 +145,8 @@ def verdict_lines(v: dict) -> list[str]:
         lines.append("  no calibrated calls (no held-out scans)")
     if "texture" in v:
         lines += texture_line(v["texture"], matched=bool(v.get("matched_null")))
+    if "fidelity" in v:
+        lines += fidelity_lines(v["fidelity"])
     per = []
     for m, e in v["measures"].items():
         parts = []

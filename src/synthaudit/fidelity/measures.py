@@ -1,0 +1,206 @@
+"""Fidelity measures on embeddings: Fréchet distance, PRDC, α-precision / β-recall / authenticity, C_T.
+
+Why on the feature level's embeddings: the audit already holds one embedding per training,
+held-out and synthetic volume (relict.features, hashed weights); fidelity reuses them, so the
+answer to "are the samples any good?" costs no second extraction and uses the same encoder as the
+answer to "do they copy patients?".
+
+Every function takes ``(n, d)`` arrays (rows = volumes) and is deterministic (no threads, no
+random state but the seeds given), so that its numbers are the same bits on every CPU the
+workflow's portable numerics allow.
+
+- :func:`frechet_distance`: ``|mu_a - mu_b|^2 + tr S_a + tr S_b - 2 tr sqrt(S_a S_b)`` (Heusel et al.
+  2017; MONAI's FIDMetric, pytorch-fid). With n << d the covariances have rank < n, and
+  ``tr sqrt(S_a S_b)`` equals the nuclear norm of ``A B^T / sqrt((n_a - 1)(n_b - 1))`` for the
+  centred data A, B (the non-zero eigenvalues of ``A^T A B^T B`` are the squared singular values of
+  ``A B^T``): exact, and an (n_a x n_b) SVD instead of a (d x d) matrix square root.
+- :func:`prdc`: precision, recall, density, coverage (Naeem et al., ICML 2020), as their ``prdc``
+  package computes them (k-th nearest-neighbour balls, ``<`` comparisons).
+- :func:`alpha_beta_authenticity`: α-precision, β-coverage (Alaa et al., ICML 2022) as their
+  reference code computes the curves and their integrated Δ scores, on the embeddings centred on
+  the real mean (no one-class network: docs/deviations.md), and authenticity per synthetic sample
+  as the paper defines it.
+- :func:`c_t`: Meehan et al.'s data-copying statistic (AISTATS 2020): per cell of a k-means
+  partition of the training embeddings, the Z-scored Mann-Whitney U of generated-to-training
+  against held-out-to-training nearest distances; C_T is their average weighted by the held-out
+  share of each cell, over cells holding more than ``tau`` of the generated samples. Z << 0: copying.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def _matrix(x, name: str) -> np.ndarray:
+    a = np.asarray(x, dtype=np.float64)
+    if a.ndim != 2 or a.shape[0] < 2 or not np.isfinite(a).all():
+        raise ValueError(f"{name}: need a finite (n >= 2, d) array, got shape {a.shape}")
+    return a
+
+
+def squared_distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(n_a, n_b)`` squared Euclidean distances, computed directly (no |a|^2 + |b|^2 - 2ab
+    cancellation: fidelity compares near neighbours, exactly the pairs where it would bite)."""
+    out = np.empty((len(a), len(b)))
+    for i in range(len(a)):
+        d = b - a[i]
+        out[i] = np.einsum("ij,ij->i", d, d)
+    return out
+
+
+def frechet_distance(a, b) -> float:
+    """Fréchet distance between Gaussians fitted to the rows of ``a`` and ``b`` (sample
+    covariances, n - 1), exact for any n and d (module docstring)."""
+    a, b = _matrix(a, "first set"), _matrix(b, "second set")
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"embeddings of different lengths: {a.shape[1]} and {b.shape[1]}")
+    mu_a, mu_b = a.mean(axis=0), b.mean(axis=0)
+    ca, cb = a - mu_a, b - mu_b
+    tr_a = float(np.einsum("ij,ij->", ca, ca)) / (len(a) - 1)
+    tr_b = float(np.einsum("ij,ij->", cb, cb)) / (len(b) - 1)
+    cross = np.linalg.svd(ca @ cb.T, compute_uv=False).sum() / np.sqrt((len(a) - 1) * (len(b) - 1))
+    diff = mu_a - mu_b
+    return float(max(diff @ diff + tr_a + tr_b - 2.0 * cross, 0.0))
+
+
+def _kth_radius(d2: np.ndarray, k: int) -> np.ndarray:
+    """Distance to the k-th nearest other point, from a square squared-distance matrix."""
+    return np.sqrt(np.sort(d2, axis=1)[:, k])  # column 0 is the point itself
+
+
+def prdc(real, fake, k: int = 5) -> dict[str, float]:
+    """Precision, recall, density and coverage of ``fake`` against ``real`` (Naeem et al. 2020)."""
+    real, fake = _matrix(real, "real set"), _matrix(fake, "synthetic set")
+    if not 1 <= k < min(len(real), len(fake)):
+        raise ValueError(f"prdc: k = {k} needs more than k real and synthetic embeddings "
+                         f"({len(real)} and {len(fake)})")
+    r_real = _kth_radius(squared_distances(real, real), k)
+    r_fake = _kth_radius(squared_distances(fake, fake), k)
+    d = np.sqrt(squared_distances(real, fake))  # (real, fake)
+    inside = d < r_real[:, None]
+    return {"precision": float(inside.any(axis=0).mean()),
+            "recall": float((d < r_fake[None, :]).any(axis=1).mean()),
+            "density": float(inside.sum(axis=0).mean() / k),
+            "coverage": float((d.min(axis=1) < r_real).mean())}
+
+
+def alpha_beta_authenticity(real, fake, n_steps: int = 30) -> dict:
+    """α-precision and β-coverage curves with their Δ scores, and authenticity (Alaa et al. 2022).
+
+    Curves as the authors' reference code (``compute_alpha_precision``): α-support = the ball
+    around the real mean holding an α share of the real embeddings; β-coverage counts real
+    embeddings whose nearest synthetic one is nearer than their nearest real neighbour and lies in
+    the β-quantile ball around the synthetic mean. Authenticity per synthetic sample j (the paper's
+    definition): its nearest real embedding i is farther from j than from i's own nearest real
+    neighbour; ``authentic`` lists it per synthetic row.
+    """
+    real, fake = _matrix(real, "real set"), _matrix(fake, "synthetic set")
+    alphas = np.linspace(0.0, 1.0, n_steps)
+    centre = real.mean(axis=0)
+    radii = np.quantile(np.sqrt(((real - centre) ** 2).sum(axis=1)), alphas)
+    fake_to_centre = np.sqrt(((fake - centre) ** 2).sum(axis=1))
+    rr = squared_distances(real, real)
+    np.fill_diagonal(rr, np.inf)
+    real_nn = np.sqrt(rr.min(axis=1))
+    rf = np.sqrt(squared_distances(real, fake))
+    real_to_fake, closest_fake = rf.min(axis=1), rf.argmin(axis=1)
+    fake_centre = fake.mean(axis=0)
+    closest_d = np.sqrt(((fake[closest_fake] - fake_centre) ** 2).sum(axis=1))
+    fake_radii = np.quantile(closest_d, alphas)
+    precision = np.array([(fake_to_centre <= r).mean() for r in radii])
+    coverage = np.array([((real_to_fake <= real_nn) & (closest_d <= r)).mean() for r in fake_radii])
+    step = alphas[1] - alphas[0]
+    nearest_real = rf.argmin(axis=0)  # per synthetic sample
+    authentic = rf[nearest_real, np.arange(len(fake))] > real_nn[nearest_real]
+    return {"alpha_precision": float(1 - 2 * np.abs(alphas - precision).sum() * step),
+            "beta_recall": float(1 - 2 * np.abs(alphas - coverage).sum() * step),
+            "authenticity": float(authentic.mean()), "authentic": authentic.tolist(),
+            "nearest_real": nearest_real.tolist(), "alphas": alphas.tolist(),
+            "alpha_precision_curve": precision.tolist(), "beta_coverage_curve": coverage.tolist()}
+
+
+def pca_fit(x: np.ndarray, n_components: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and the leading principal axes of ``x`` (at most rank - 1), signs fixed by the largest
+    loading, so that the projection is deterministic."""
+    mean = x.mean(axis=0)
+    _, _, vt = np.linalg.svd(x - mean, full_matrices=False)
+    axes = vt[: max(1, min(n_components, len(x) - 1))]
+    signs = np.sign(axes[np.arange(len(axes)), np.abs(axes).argmax(axis=1)])
+    return mean, axes * np.where(signs == 0, 1.0, signs)[:, None]
+
+
+def kmeans(x: np.ndarray, k: int, seed: int, n_init: int = 10, max_iter: int = 300) -> np.ndarray:
+    """Cluster centres of ``x`` by Lloyd's algorithm from seeded k-means++ starts (best inertia of
+    ``n_init``): single-threaded NumPy, so the partition is the same on every machine."""
+    rng = np.random.default_rng(seed)
+    best, best_inertia = None, np.inf
+    for _ in range(n_init):
+        centres = [x[rng.integers(len(x))]]
+        for _ in range(1, k):
+            d2 = squared_distances(x, np.array(centres)).min(axis=1)
+            p = d2 / d2.sum() if d2.sum() > 0 else np.full(len(x), 1.0 / len(x))
+            centres.append(x[rng.choice(len(x), p=p)])
+        c = np.array(centres)
+        for _ in range(max_iter):
+            label = squared_distances(x, c).argmin(axis=1)
+            new = np.array([x[label == j].mean(axis=0) if (label == j).any() else c[j] for j in range(k)])
+            if np.array_equal(new, c):
+                break
+            c = new
+        inertia = squared_distances(x, c).min(axis=1).sum()
+        if inertia < best_inertia:
+            best, best_inertia = c, inertia
+    return best
+
+
+def mann_whitney_z(generated: np.ndarray, test: np.ndarray) -> float:
+    """Meehan et al.'s Z_U: the Mann-Whitney U of ``generated`` (x) against ``test`` (y) distances,
+    Z-scored under H0 with their continuity correction; Z << 0 means generated samples lie closer."""
+    from scipy.stats import mannwhitneyu
+
+    m, n = len(generated), len(test)
+    u = mannwhitneyu(generated, test, alternative="less").statistic
+    return float((u - (n * m / 2 - 0.5)) / np.sqrt(n * m * (n + m + 1) / 12))
+
+
+@dataclass
+class CTResult:
+    c_t: float | None
+    cells: list[dict]
+    n_cells: int
+    tau: float
+
+
+def c_t(train, test, generated, n_cells: int = 3, min_generated: int = 3, pca_components: int = 64,
+        seed: int = 0) -> CTResult:
+    """Meehan et al.'s C_T on embeddings: PCA to ``pca_components`` (fitted on the training set, as
+    their reference code), k-means cells of the training set, per cell Z_U of generated against
+    held-out ``test`` nearest-training distances, weighted by the test share; cells holding more than
+    ``tau = min_generated / m`` of the generated samples count. ``n_cells`` shrinks until every cell
+    holds a test and a training sample (their code refuses otherwise)."""
+    train, test, generated = (_matrix(x, name) for x, name in ((train, "training set"), (test, "held-out set"),
+                                                               (generated, "synthetic set")))
+    mean, axes = pca_fit(train, pca_components)
+    t, p, q = ((x - mean) @ axes.T for x in (train, test, generated))
+    tau = min_generated / len(q)
+    for k in range(min(n_cells, len(t)), 0, -1):
+        centres = kmeans(t, k, seed)
+        lt, lp, lq = (squared_distances(x, centres).argmin(axis=1) for x in (t, p, q))
+        if all((lt == j).any() and (lp == j).any() for j in range(k)):
+            break
+    cells, num, den = [], 0.0, 0.0
+    for j in range(k):
+        tj, pj, qj = t[lt == j], p[lp == j], q[lq == j]
+        share_q, share_p = len(qj) / len(q), len(pj) / len(p)
+        z = None
+        if len(qj):
+            near = lambda x: np.sqrt(squared_distances(x, tj).min(axis=1))  # noqa: E731
+            z = mann_whitney_z(near(qj), near(pj))
+        counted = share_q > tau and z is not None
+        if counted:
+            num, den = num + share_p * z, den + share_p
+        cells.append({"cell": j, "n_training": int(len(tj)), "n_heldout": int(len(pj)), "n_synthetic": int(len(qj)),
+                      "z_u": z, "counted": bool(counted)})
+    return CTResult(num / den if den > 0 else None, cells, k, tau)

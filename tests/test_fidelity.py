@@ -1,0 +1,195 @@
+"""Fidelity measures against reference implementations and closed forms (issue 45)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from synthaudit.fidelity import measures as fm
+
+
+def _scipy_fd(a, b):
+    """pytorch-fid's formula: covariance matrices and scipy's matrix square root."""
+    from scipy import linalg
+
+    mu1, mu2 = a.mean(0), b.mean(0)
+    s1, s2 = np.cov(a, rowvar=False), np.cov(b, rowvar=False)
+    covmean = linalg.sqrtm(s1 @ s2).real
+    return float(((mu1 - mu2) ** 2).sum() + np.trace(s1) + np.trace(s2) - 2 * np.trace(covmean))
+
+
+def test_frechet_distance_equals_the_matrix_square_root_formula_and_monai():
+    rng = np.random.default_rng(0)
+    a = rng.normal(size=(40, 12))
+    b = rng.normal(loc=0.5, scale=1.5, size=(30, 12))
+    assert fm.frechet_distance(a, b) == pytest.approx(_scipy_fd(a, b), rel=1e-8)
+    import torch
+    from monai.metrics import FIDMetric
+
+    monai_fd = float(FIDMetric()(torch.as_tensor(b), torch.as_tensor(a)))
+    assert fm.frechet_distance(a, b) == pytest.approx(monai_fd, rel=1e-5)
+    # n << d (the embeddings' case): exact where the d x d square root is ill-conditioned
+    wide_a, wide_b = rng.normal(size=(15, 300)), rng.normal(size=(12, 300)) + 0.2
+    assert fm.frechet_distance(wide_a, wide_b) == pytest.approx(_scipy_fd(wide_a, wide_b), rel=1e-6)
+    assert fm.frechet_distance(a, a) == pytest.approx(0.0, abs=1e-9)
+
+
+def test_frechet_distance_of_two_gaussians_is_the_closed_form():
+    """Samples whose mean and covariance are exactly mu and diag(s^2): |mu_a - mu_b|^2 + sum (s_a - s_b)^2."""
+    d = 4
+    base = np.vstack([np.eye(d), -np.eye(d)]) * np.sqrt(7 / 2)  # 8 rows: mean 0, sample covariance I
+    mu_a, s_a = np.array([0.0, 1, 2, 3]), np.array([1.0, 2, 0.5, 1])
+    mu_b, s_b = np.array([1.0, 1, 0, 3]), np.array([2.0, 2, 1.5, 0.1])
+    a, b = mu_a + base * s_a, mu_b + base * s_b
+    expected = ((mu_a - mu_b) ** 2).sum() + ((s_a - s_b) ** 2).sum()
+    assert fm.frechet_distance(a, b) == pytest.approx(expected, rel=1e-10)
+
+
+def test_prdc_equals_naeem_et_als_package():
+    prdc = pytest.importorskip("prdc")  # requirements.txt pins it: the reference implementation
+    rng = np.random.default_rng(1)
+    real = rng.normal(size=(60, 8))
+    for fake in (rng.normal(size=(50, 8)), rng.normal(loc=0.7, size=(50, 8)), real[:40] + 1e-3):
+        ours = fm.prdc(real, fake, k=5)
+        ref = prdc.compute_prdc(real_features=real, fake_features=fake, nearest_k=5)
+        for key in ("precision", "recall", "density", "coverage"):
+            assert ours[key] == pytest.approx(float(ref[key]), abs=1e-12), key
+    with pytest.raises(ValueError, match="k = 5"):
+        fm.prdc(real[:5], real[:5], k=5)
+
+
+def _reference_alpha(real, fake, n_steps=30):
+    """Alaa et al.'s compute_alpha_precision curves, re-typed with sklearn's neighbours (as theirs)."""
+    from sklearn.neighbors import NearestNeighbors
+
+    alphas = np.linspace(0, 1, n_steps)
+    c = real.mean(0)
+    radii = np.quantile(np.sqrt(((real - c) ** 2).sum(1)), alphas)
+    synth_center = fake.mean(0)
+    synth_to_center = np.sqrt(((fake - c) ** 2).sum(1))
+    rr, _ = NearestNeighbors(n_neighbors=2).fit(real).kneighbors(real)
+    rs, rs_args = NearestNeighbors(n_neighbors=1).fit(fake).kneighbors(real)
+    rr, rs, rs_args = rr[:, 1], rs[:, 0], rs_args[:, 0]
+    closest_d = np.sqrt(((fake[rs_args] - synth_center) ** 2).sum(1))
+    closest_radii = np.quantile(closest_d, alphas)
+    p = np.array([np.mean(synth_to_center <= r) for r in radii])
+    b = np.array([np.mean((rs <= rr) * (closest_d <= r)) for r in closest_radii])
+    step = alphas[1] - alphas[0]
+    return 1 - 2 * np.abs(alphas - p).sum() * step, 1 - 2 * np.abs(alphas - b).sum() * step
+
+
+def test_alpha_precision_and_beta_recall_follow_the_authors_reference_code():
+    rng = np.random.default_rng(2)
+    real = rng.normal(size=(80, 6))
+    for fake in (rng.normal(size=(70, 6)), rng.normal(scale=0.3, size=(70, 6)), rng.normal(loc=2.0, size=(70, 6))):
+        ours = fm.alpha_beta_authenticity(real, fake)
+        a, b = _reference_alpha(real, fake)
+        assert ours["alpha_precision"] == pytest.approx(a, abs=1e-12)
+        assert ours["beta_recall"] == pytest.approx(b, abs=1e-12)
+    good = fm.alpha_beta_authenticity(real, rng.normal(size=(80, 6)))
+    collapsed = fm.alpha_beta_authenticity(real, rng.normal(scale=0.2, size=(80, 6)))
+    assert good["alpha_precision"] > collapsed["alpha_precision"] and good["beta_recall"] > collapsed["beta_recall"]
+
+
+def test_authenticity_flags_copies_of_real_samples_and_keeps_new_ones():
+    rng = np.random.default_rng(3)
+    real = rng.normal(size=(50, 5))
+    copies = real[:10] + 1e-4 * rng.normal(size=(10, 5))
+    new = rng.normal(size=(10, 5)) + 6.0  # far from every real sample
+    out = fm.alpha_beta_authenticity(real, np.vstack([copies, new]))
+    assert out["authentic"] == [False] * 10 + [True] * 10
+    assert out["nearest_real"][:10] == list(range(10))
+    assert out["authenticity"] == pytest.approx(0.5)
+
+
+def _reference_zu(pn, qm, t):
+    """Meehan et al.'s Zu, re-typed (sklearn neighbours, scipy's Mann-Whitney U, their Z-score)."""
+    from scipy.stats import mannwhitneyu
+    from sklearn.neighbors import NearestNeighbors
+
+    nn = NearestNeighbors(n_neighbors=1).fit(t)
+    lq, _ = nn.kneighbors(qm)
+    lp, _ = nn.kneighbors(pn)
+    u, _ = mannwhitneyu(lq[:, 0], lp[:, 0], alternative="less")
+    m, n = len(qm), len(pn)
+    return (u - (n * m / 2 - 0.5)) / np.sqrt(n * m * (n + m + 1) / 12)
+
+
+def test_c_t_detects_copying_and_not_a_fresh_sample():
+    rng = np.random.default_rng(4)
+    train, test = rng.normal(size=(120, 10)), rng.normal(size=(60, 10))
+    fresh = rng.normal(size=(60, 10))
+    copies = train[rng.choice(120, 60, replace=False)] + 0.05 * rng.normal(size=(60, 10))
+    one_cell = fm.c_t(train, test, copies, n_cells=1)
+    near = lambda x: np.sqrt(fm.squared_distances(x, train).min(1))  # noqa: E731
+    assert one_cell.c_t == pytest.approx(_reference_zu(test, copies, train), rel=1e-12)
+    assert fm.mann_whitney_z(near(copies), near(test)) == pytest.approx(one_cell.c_t)
+    assert fm.c_t(train, test, copies, n_cells=3).c_t < -5
+    assert abs(fm.c_t(train, test, fresh, n_cells=3).c_t) < 3
+    mixed = np.vstack([fresh[:57], copies[:3]])  # 5 % copies: the statistic moves towards copying
+    assert fm.c_t(train, test, mixed, n_cells=1).c_t < fm.c_t(train, test, fresh, n_cells=1).c_t
+    r = fm.c_t(train, test, copies, n_cells=3, seed=1)
+    assert r.n_cells == 3 and sum(c["n_training"] for c in r.cells) == 120
+    assert fm.c_t(train, test, copies, n_cells=3, seed=1).c_t == r.c_t  # seeded: the same partition
+
+
+def test_kmeans_is_deterministic_and_finds_separated_clusters():
+    rng = np.random.default_rng(5)
+    x = np.vstack([rng.normal(size=(30, 3)), rng.normal(size=(30, 3)) + 20])
+    c = fm.kmeans(x, 2, seed=0)
+    assert np.array_equal(c, fm.kmeans(x, 2, seed=0))
+    assert sorted(np.round(c[:, 0] / 20).astype(int).tolist()) == [0, 1]
+
+
+def _embedded(rng, n, d, patients=None, loc=0.0):
+    from synthaudit.fidelity.audit import Embedded
+
+    x = rng.normal(loc=loc, size=(n, d))
+    ids = [f"v{k}" for k in range(n)]
+    return Embedded(ids, x, x, patients or ids)
+
+
+SETTINGS = {"prdc_k": 3, "alpha_steps": 30, "bootstrap": {"n": 40, "seed": 0, "level": 0.9},
+            "c_t": {"cells": 2, "min_generated": 2, "pca_components": 8, "seed": 0, "copy_z": 2.0}}
+
+
+def test_audit_reports_each_measure_with_a_ci_and_the_held_out_floor_and_sees_copies():
+    from synthaudit.fidelity.audit import Embedded, audit, per_volume, summary_lines
+    from synthaudit.fidelity.metrics import metrics_entry
+
+    rng = np.random.default_rng(6)
+    train = _embedded(rng, 40, 6, [f"p{k // 2}" for k in range(40)])  # 20 patients, 2 scans each
+    heldout = _embedded(rng, 20, 6)
+    fresh = _embedded(rng, 20, 6)
+    x = train.x[:20] + 1e-3 * rng.normal(size=(20, 6))
+    copies = Embedded([f"c{k}" for k in range(20)], x, x, [f"c{k}" for k in range(20)])
+    good = audit(train, heldout, fresh, SETTINGS, "test", "none")
+    bad = audit(train, heldout, copies, SETTINGS, "test", "none")
+    for key in ("frechet_distance", "precision", "recall", "density", "coverage", "alpha_precision", "beta_recall",
+                "authenticity"):
+        v = good["synthetic"][key]
+        assert v["ci"][0] <= v["value"] <= v["ci"][1], key
+        assert key in good["floor"]
+    assert good["floor"] == bad["floor"]  # the floor is the held-out scans', whatever the samples
+    assert bad["synthetic"]["authenticity"]["value"] == 0.0 and good["synthetic"]["authenticity"]["value"] > 0.5
+    assert bad["c_t"]["value"] < -2 and bad["c_t"]["copying_cells"]
+    assert good["c_t"]["value"] > -2
+    rows = per_volume(train, copies, SETTINGS)
+    assert [r["nearest_training_id"] for r in rows] == train.ids[:20] and not any(r["authentic"] for r in rows)
+    assert rows[0]["nearest_training_patient"] == "p0"
+    lines = summary_lines(bad)
+    assert any("authenticity: 0 [" in line for line in lines) and any("copying (below -2)" in line for line in lines)
+    entry = metrics_entry(bad)
+    assert entry["authenticity"]["value"] == 0.0 and entry["c_t_copying_cells"] >= 1
+    assert entry["frechet_distance"]["floor"] == pytest.approx(good["floor"]["frechet_distance"]["value"], rel=1e-5)
+
+
+def test_pooled_takes_channel_means_over_the_grid_cells():
+    from synthaudit.fidelity.audit import pooled
+
+    x = np.arange(2 * 3 * 8, dtype=float).reshape(2, 24)  # 3 channels x 2x2x2 cells, channel-major
+    out, how = pooled(x, {"grid_used": [2, 2, 2]})
+    assert np.allclose(out, x.reshape(2, 3, 8).mean(axis=2)) and "2x2x2" in how
+    assert pooled(x, {"grid_used": [1, 1, 1]})[0] is not None
+    with pytest.raises(ValueError, match="not 27 cells"):
+        pooled(x, {"grid_used": [3, 3, 3]})

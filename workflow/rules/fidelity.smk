@@ -1,0 +1,60 @@
+# Fidelity beside privacy (synthaudit.fidelity, docs/fidelity.md): on the feature level's stored
+# embeddings, each reviewed synthetic set against its training scans, with the held-out scans as the
+# real-vs-real floor and as C_T's test sample.
+
+
+rule fidelity:
+    input:
+        train=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/train.npz",
+        heldout=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/heldout.npz",
+        synthetic="results/relict/features/{dataset}/synthetic.npz",
+    output:
+        summary="results/fidelity/{dataset}/fidelity.json",
+        table="results/fidelity/{dataset}/per_volume.tsv",
+        figure=report(
+            "results/figures/{dataset}/fidelity.png",
+            caption="../report/fidelity.rst",
+            category="Fidelity",
+            subcategory="{dataset}",
+        ),
+    log:
+        "logs/fidelity/{dataset}.log",
+    benchmark:
+        "benchmarks/fidelity/{dataset}.tsv"
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.fidelity_datasets),
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=2000,
+    params:
+        settings=PLAN.fidelity,
+        scaling=config["relict"]["features"]["scaling"],  # the nearest-neighbour measures compare as the feature level
+        patients=lambda wc: {s.id: s.patient_id for s in PLANS[TRAINING_OF[wc.dataset]].scans},
+    script:
+        "../scripts/fidelity.py"
+
+
+rule fidelity_metrics:
+    input:
+        summaries=[f"results/fidelity/{d}/fidelity.json" for d in PLAN.fidelity_datasets],
+    output:
+        "results/metrics/fidelity.json",
+    log:
+        "logs/fidelity_metrics.log",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
+    params:
+        datasets=PLAN.fidelity_datasets,
+    script:
+        "../scripts/fidelity_metrics.py"
+
+
+rule fidelity_all:
+    input:
+        "results/metrics/fidelity.json",
+        "results/provenance.json",

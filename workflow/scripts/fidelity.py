@@ -1,0 +1,29 @@
+"""Snakemake adapter: one synthetic set's fidelity (synthaudit.fidelity.audit) on the feature level's
+stored embeddings: fidelity.json (each measure, its CI, the held-out floor, C_T), per_volume.tsv
+(authenticity beside the nearest training volume) and the embedding figure."""
+
+from synthaudit.features.compare import load_embeddings, standardise
+from synthaudit.fidelity.audit import Embedded, audit, per_volume, pooled, summary_lines
+from synthaudit.fidelity.figures import embedding_figure
+from synthaudit.io import write_json, write_tsv
+from synthaudit.logs import logged
+
+with logged(snakemake.log[0]) as log:
+    p, i = snakemake.params, snakemake.input
+    loaded = {name: load_embeddings(path) for name, path in (("train", i.train), ("heldout", i.heldout),
+                                                             ("synthetic", i.synthetic))}
+    meta = loaded["train"][2]
+    split = {}
+    for name, (ids, x, _) in loaded.items():
+        near = standardise(x, loaded["train"][1], p.scaling)[0]  # as the feature level compares them
+        pool, pooling = pooled(x, meta)
+        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids])
+    result = audit(split["train"], split["heldout"], split["synthetic"], p.settings, pooling, p.scaling)
+    result.update({"dataset": snakemake.wildcards.dataset, "extractor": meta.get("label", meta.get("name"))})
+    write_json(snakemake.output.summary, result)
+    rows = per_volume(split["train"], split["synthetic"], p.settings)
+    write_tsv(snakemake.output.table, rows, list(rows[0]))
+    embedding_figure(snakemake.output.figure, split, rows, f"{snakemake.wildcards.dataset}: embeddings "
+                     f"({result['extractor']}), the two leading principal axes of the training scans")
+    for line in summary_lines(result):
+        log.info("%s", line.strip())
