@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from ..config import object_defaults
+from ..params_schema import object_defaults
 
 # The defaults are the params schema's (datasets.<name>.synthetic.ldm.autoencoder / .diffusion:
 # each key's default and meaning there, docs/params.md); a library caller gets the same ones.
