@@ -40,7 +40,8 @@ rule fidelity_metrics:
     input:
         summaries=[f"results/fidelity/{d}/fidelity.json" for d in PLAN.fidelity_datasets],
     output:
-        "results/metrics/fidelity.json",
+        metrics="results/metrics/fidelity.json",
+        index="results/fidelity/index.json",  # the folder exists (DVC tracks it) with no set to measure too
     log:
         "logs/fidelity_metrics.log",
     conda:
