@@ -328,6 +328,10 @@ def test_init_then_one_snakemake_command_audits_the_folders(tmp_path):
     assert set(relict) == {"audit"}
     prov = json.loads((ws / "results/provenance.json").read_text())  # the wheel's version, the params' hash
     assert prov["version"] == synthaudit.__version__ and len(prov["params_sha256"]) == 64
+    # fidelity beside privacy (issue 45), on by default in an init workspace with held-out scans
+    fid = json.loads((ws / "results/metrics/fidelity.json").read_text())["audit"]
+    assert fid["frechet_distance"]["floor"] is not None and "authenticity" in fid and "c_t" in fid
+    assert "prdc" not in fid and "precision" not in fid  # 5 samples: k = 5 needs more, so PRDC is left out
     workflow = subprocess.run([str(venv_bin / "python"), "-c", "import synthaudit.resources as r; print(r.snakefile())"],
                               env=env, capture_output=True, text=True, cwd=tmp_path).stdout.strip()
     assert workflow.startswith(str(tmp_path / "venv")) and str(checkout) not in (ws / "Snakefile").read_text()
