@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from synthaudit.segment import measures as M
+from synthaudit.segment import surfaces as S
 
 # The reference package imports scipy.ndimage functions from deprecated namespaces.
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning:surface_distance")
@@ -43,7 +44,7 @@ def _reference():
 @pytest.fixture(params=["kd_tree", "distance_transform"])
 def nearest_by(request, monkeypatch):
     """Force one of the two ways of finding nearest surfels; both must be exact."""
-    monkeypatch.setattr(M, "_KD_QUERY_VOXELS", 0 if request.param == "kd_tree" else 10**9)
+    monkeypatch.setattr(S, "_KD_QUERY_VOXELS", 0 if request.param == "kd_tree" else 10**9)
     return request.param
 
 
@@ -123,7 +124,7 @@ def test_surfel_area_table_matches_reference(spacing):
     ours = M._area_table(tuple(spacing))
     for voxels in itertools.product((0, 1), repeat=8):
         cube = np.array(voxels).reshape(2, 2, 2)
-        our_code = sum(int(cube[offset]) << bit for offset, bit in M._BITS)
+        our_code = sum(int(cube[offset]) << bit for offset, bit in S._BITS)
         assert ours[our_code] == pytest.approx(reference[int((cube * kernel).sum())], rel=1e-13)
 
 
