@@ -60,46 +60,58 @@ BOUNDS = {"frechet_distance": (0.0, np.inf), "density": (0.0, np.inf), "precisio
           "beta_recall": (-np.inf, 1.0)}
 
 
-def _point(real: Embedded, other: Embedded, s: dict, t=slice(None), o=slice(None)) -> dict:
-    """Every measure of ``other`` against ``real`` (training), one number each (rows ``t``, ``o``)."""
-    out = {"frechet_distance": fm.frechet_distance(real.x[t], other.x[o])}
-    r, g = real.near[t], other.near[o]
+def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None)) -> dict:
+    """Every measure of ``other`` (rows ``o``) against ``real`` (training), one number each; ``d``: the
+    sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), computed once, not per replicate."""
+    out = {"frechet_distance": fm.frechet_distance(real.x, other.x[o])}
+    g = other.near[o]
+    rf = d["rf"][:, o]
     k = int(s["prdc_k"])
-    if min(len(r), len(g)) > k:
-        out.update(fm.prdc(r, g, k=k))
-    ab = fm.alpha_beta_authenticity(r, g, int(s["alpha_steps"]))
+    if min(len(real.near), len(g)) > k:
+        out.update(fm.prdc(real.near, g, k=k, rr=d["rr"], ff=d["ff"][o][:, o], rf=rf))
+    ab = fm.alpha_beta_authenticity(real.near, g, int(s["alpha_steps"]), rr=d["rr"], rf=rf)
     out.update({key: ab[key] for key in ("alpha_precision", "beta_recall", "authenticity")})
     return out
 
 
-def _by_patient(rng: np.random.Generator, patients: Sequence[str]) -> np.ndarray:
+def _groups(patients: Sequence[str]) -> list[np.ndarray]:
+    """Row indices of each patient's scans, patients in sorted order."""
+    rows: dict[str, list[int]] = {}
+    for i, p in enumerate(patients):
+        rows.setdefault(p, []).append(i)
+    return [np.array(rows[p]) for p in sorted(rows)]
+
+
+def _by_patient(rng: np.random.Generator, groups: list[np.ndarray]) -> np.ndarray:
     """Row indices of a patient-level bootstrap replicate (every scan of each drawn patient)."""
-    uniq = sorted(set(patients))
-    rows = {p: [i for i, q in enumerate(patients) if q == p] for p in uniq}
-    drawn = rng.choice(len(uniq), len(uniq), replace=True)
-    return np.array([i for j in drawn for i in rows[uniq[j]]])
+    drawn = rng.choice(len(groups), len(groups), replace=True)
+    return np.concatenate([groups[j] for j in drawn])
 
 
-def _replicate(train: Embedded, other: Embedded, s: dict, rng: np.random.Generator) -> dict:
-    t = _by_patient(rng, train.patients)
-    o = _by_patient(rng, other.patients)
+def _replicate(train: Embedded, other: Embedded, s: dict, d: dict, groups: tuple, rng: np.random.Generator) -> dict:
+    t = _by_patient(rng, groups[0])
+    o = _by_patient(rng, groups[1])
     out = {"frechet_distance": fm.frechet_distance(train.x[t], other.x[o])}
     # the nearest-neighbour measures: the replicate's distinct samples against the whole training
     # set (a copy whose source scan a replicate left out would look new)
     o = np.unique(o)
     if len(o) >= 2:
-        rest = _point(train, other, s, slice(None), o)
+        rest = _point(train, other, s, d, o)
         rest.pop("frechet_distance")
         out.update(rest)
     return out
 
 
-def with_ci(train: Embedded, other: Embedded, s: dict, seed: int) -> dict:
-    """``{measure: {"value", "ci": [lo, hi], "n_replicates"}}`` of ``other`` against ``train``."""
-    point = _point(train, other, s)
+def with_ci(train: Embedded, other: Embedded, s: dict, seed: int, rr: np.ndarray | None = None) -> dict:
+    """``{measure: {"value", "ci": [lo, hi], "n_replicates"}}`` of ``other`` against ``train``
+    (``rr``: the training scans' distances, where the caller has them)."""
+    d = {"rr": fm.distances(train.near, train.near) if rr is None else rr,
+         "ff": fm.distances(other.near, other.near), "rf": fm.distances(train.near, other.near)}
+    point = _point(train, other, s, d)
     boot = s["bootstrap"]
     rng = np.random.default_rng(seed)
-    reps = [_replicate(train, other, s, rng) for _ in range(int(boot["n"]))]
+    groups = (_groups(train.patients), _groups(other.patients))
+    reps = [_replicate(train, other, s, d, groups, rng) for _ in range(int(boot["n"]))]
     tail = (1 - float(boot["level"])) / 2
     out = {}
     for key, value in point.items():
@@ -120,11 +132,12 @@ def with_ci(train: Embedded, other: Embedded, s: dict, seed: int) -> dict:
 def per_volume(train: Embedded, synthetic: Embedded, s: dict) -> list[dict]:
     """Each synthetic volume: authentic or not (Alaa et al.), its nearest training volume and patient,
     the distance, and that training volume's own nearest-real distance (what it had to exceed)."""
-    ab = fm.alpha_beta_authenticity(train.near, synthetic.near, int(s["alpha_steps"]))
-    d = np.sqrt(fm.squared_distances(np.asarray(synthetic.near, np.float64), np.asarray(train.near, np.float64)))
-    rr = fm.squared_distances(np.asarray(train.near, np.float64), np.asarray(train.near, np.float64))
+    rf = fm.distances(train.near, synthetic.near)
+    rr = fm.distances(train.near, train.near)
+    ab = fm.alpha_beta_authenticity(train.near, synthetic.near, int(s["alpha_steps"]), rr=rr, rf=rf)
+    d = rf.T
     np.fill_diagonal(rr, np.inf)
-    real_nn = np.sqrt(rr.min(axis=1))
+    real_nn = rr.min(axis=1)
     rows = []
     for j, sid in enumerate(synthetic.ids):
         i = ab["nearest_real"][j]
@@ -141,13 +154,14 @@ def audit(train: Embedded, heldout: Embedded, synthetic: Embedded, settings: dic
     s = settings
     seed = int(s["bootstrap"]["seed"])
     ct = s["c_t"]
+    rr = fm.distances(train.near, train.near)  # shared by the synthetic set's numbers and the floor's
     result = fm.c_t(train.near, heldout.near, synthetic.near, n_cells=int(ct["cells"]), min_generated=int(ct["min_generated"]),
                     pca_components=int(ct["pca_components"]), seed=int(ct["seed"]))
     return {"n_training": len(train.ids), "n_heldout": len(heldout.ids), "n_synthetic": len(synthetic.ids),
             "embedding_dim": int(train.x.shape[1]), "pooling": pooling,
             "nearest_neighbour_embeddings": f"the feature level's ({train.near.shape[1]} features, scaling {scaling})",
-            "synthetic": with_ci(train, synthetic, s, seed),
-            "floor": with_ci(train, heldout, s, seed + 1),
+            "synthetic": with_ci(train, synthetic, s, seed, rr),
+            "floor": with_ci(train, heldout, s, seed + 1, rr),
             "c_t": {"value": result.c_t, "n_cells": result.n_cells, "tau": result.tau, "copy_z": float(ct["copy_z"]),
                     "copying_cells": [c["cell"] for c in result.cells if c["counted"] and c["z_u"] is not None
                                       and c["z_u"] < -float(ct["copy_z"])],

@@ -65,20 +65,29 @@ def frechet_distance(a, b) -> float:
     return float(max(diff @ diff + tr_a + tr_b - 2.0 * cross, 0.0))
 
 
-def _kth_radius(d2: np.ndarray, k: int) -> np.ndarray:
-    """Distance to the k-th nearest other point, from a square squared-distance matrix."""
-    return np.sqrt(np.sort(d2, axis=1)[:, k])  # column 0 is the point itself
+def distances(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``(n_a, n_b)`` Euclidean distances (:func:`squared_distances`, then the root)."""
+    return np.sqrt(squared_distances(np.asarray(a, np.float64), np.asarray(b, np.float64)))
 
 
-def prdc(real, fake, k: int = 5) -> dict[str, float]:
-    """Precision, recall, density and coverage of ``fake`` against ``real`` (Naeem et al. 2020)."""
+def _kth_radius(d: np.ndarray, k: int) -> np.ndarray:
+    """Distance to the k-th nearest other point, from a square distance matrix."""
+    return np.sort(d, axis=1)[:, k]  # column 0 is the point itself
+
+
+def prdc(real, fake, k: int = 5, *, rr: np.ndarray | None = None, ff: np.ndarray | None = None,
+         rf: np.ndarray | None = None) -> dict[str, float]:
+    """Precision, recall, density and coverage of ``fake`` against ``real`` (Naeem et al. 2020).
+
+    ``rr``, ``ff``, ``rf``: the real-real, fake-fake and real-fake :func:`distances`, where the
+    caller holds them already (a bootstrap takes rows and columns of one matrix per replicate)."""
     real, fake = _matrix(real, "real set"), _matrix(fake, "synthetic set")
     if not 1 <= k < min(len(real), len(fake)):
         raise ValueError(f"prdc: k = {k} needs more than k real and synthetic embeddings "
                          f"({len(real)} and {len(fake)})")
-    r_real = _kth_radius(squared_distances(real, real), k)
-    r_fake = _kth_radius(squared_distances(fake, fake), k)
-    d = np.sqrt(squared_distances(real, fake))  # (real, fake)
+    r_real = _kth_radius(distances(real, real) if rr is None else rr, k)
+    r_fake = _kth_radius(distances(fake, fake) if ff is None else ff, k)
+    d = distances(real, fake) if rf is None else rf  # (real, fake)
     inside = d < r_real[:, None]
     return {"precision": float(inside.any(axis=0).mean()),
             "recall": float((d < r_fake[None, :]).any(axis=1).mean()),
@@ -86,7 +95,8 @@ def prdc(real, fake, k: int = 5) -> dict[str, float]:
             "coverage": float((d.min(axis=1) < r_real).mean())}
 
 
-def alpha_beta_authenticity(real, fake, n_steps: int = 30) -> dict:
+def alpha_beta_authenticity(real, fake, n_steps: int = 30, *, rr: np.ndarray | None = None,
+                            rf: np.ndarray | None = None) -> dict:
     """α-precision and β-coverage curves with their Δ scores, and authenticity (Alaa et al. 2022).
 
     Curves as the authors' reference code (``compute_alpha_precision``): α-support = the ball
@@ -94,17 +104,17 @@ def alpha_beta_authenticity(real, fake, n_steps: int = 30) -> dict:
     embeddings whose nearest synthetic one is nearer than their nearest real neighbour and lies in
     the β-quantile ball around the synthetic mean. Authenticity per synthetic sample j (the paper's
     definition): its nearest real embedding i is farther from j than from i's own nearest real
-    neighbour; ``authentic`` lists it per synthetic row.
+    neighbour; ``authentic`` lists it per synthetic row. ``rr``, ``rf``: as :func:`prdc`'s.
     """
     real, fake = _matrix(real, "real set"), _matrix(fake, "synthetic set")
     alphas = np.linspace(0.0, 1.0, n_steps)
     centre = real.mean(axis=0)
     radii = np.quantile(np.sqrt(((real - centre) ** 2).sum(axis=1)), alphas)
     fake_to_centre = np.sqrt(((fake - centre) ** 2).sum(axis=1))
-    rr = squared_distances(real, real)
+    rr = (distances(real, real) if rr is None else rr).copy()
     np.fill_diagonal(rr, np.inf)
-    real_nn = np.sqrt(rr.min(axis=1))
-    rf = np.sqrt(squared_distances(real, fake))
+    real_nn = rr.min(axis=1)
+    rf = distances(real, fake) if rf is None else rf
     real_to_fake, closest_fake = rf.min(axis=1), rf.argmin(axis=1)
     fake_centre = fake.mean(axis=0)
     closest_d = np.sqrt(((fake[closest_fake] - fake_centre) ** 2).sum(axis=1))
