@@ -269,16 +269,16 @@ def block_ratios(distances: np.ndarray, n_closest: int) -> BlockRatios:
     d = np.asarray(distances, np.float64)
     if d.ndim != 3:
         raise ValueError(f"block distances must be (synthetic, training, blocks), got shape {d.shape}")
-    n = min(int(n_closest), d.shape[1])
-    if n < 1:
+    n_used = min(int(n_closest), d.shape[1])
+    if n_used < 1:
         raise ValueError(f"n_closest must be >= 1, got {n_closest}")
-    part = np.partition(d, n - 1, axis=1)[:, :n, :] if n < d.shape[1] else d
+    part = np.partition(d, n_used - 1, axis=1)[:, :n_used, :] if n_used < d.shape[1] else d
     mean_n = part.mean(axis=1)
     closest = d.argmin(axis=1)
     best = np.take_along_axis(d, closest[:, None, :], axis=1)[:, 0, :]
     with np.errstate(invalid="ignore", divide="ignore"):
         ratio = np.where(mean_n > 0, best / mean_n, 1.0)
-    return BlockRatios(ratio, closest, n)
+    return BlockRatios(ratio, closest, n_used)
 
 
 def standardise_blocks(ratio: np.ndarray, reference: np.ndarray) -> np.ndarray:

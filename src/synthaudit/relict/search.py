@@ -299,17 +299,17 @@ def build_shortlist(query_ids: Sequence[str], training_ids: Sequence[str],
                      float(block_mm), time.perf_counter() - start)
 
 
-def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.ndarray, n: int) -> dict:
+def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.ndarray, n_closest: int) -> dict:
     """How far the shortlist is from exhaustive search, on the rows computed both ways.
 
     Args:
         distances: (Q, T) distances (small = alike); every pair of a sampled row is finite.
         shortlisted: (Q, T) mask of the candidate pairs (without the sampled rows' extra pairs).
         sampled: Indices of the exhaustively computed rows.
-        n: The ratio's n (clamped to T).
+        n_closest: How many closest training volumes the ratio averages (clamped to T).
 
     Returns:
-        ``rows`` (the sampled row indices), per row ``recall`` (fraction of the exact n
+        ``rows`` (the sampled row indices), per row ``recall`` (fraction of the exact n_closest
         closest among the candidates), ``closest_found`` (the exact closest is a candidate),
         ``ratio_exact``/``ratio_shortlist`` and ``closest_exact``/``closest_shortlist``
         (RELICT's ratio and the absolute distance to the closest on the full row and on the
@@ -320,8 +320,8 @@ def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.nda
 
     d = np.asarray(distances, np.float64)
     sampled = np.asarray(sampled, np.int64)
-    n = min(int(n), d.shape[1])
-    out = {"rows": sampled, "n": n}
+    n_used = min(int(n_closest), d.shape[1])
+    out = {"rows": sampled, "n": n_used}
     if len(sampled) == 0:
         return {**out, "recall": np.zeros(0), "closest_found": np.zeros(0, bool), "ratio_exact": np.zeros(0),
                 "ratio_shortlist": np.zeros(0), "closest_exact": np.zeros(0), "closest_shortlist": np.zeros(0),
@@ -330,10 +330,10 @@ def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.nda
     if not np.all(np.isfinite(full)):
         raise ValueError("a sampled row has pairs that were not computed: the recall needs every pair of it")
     restricted = np.where(shortlisted[sampled], full, np.inf)
-    order = np.argsort(full, axis=1, kind="stable")[:, :n]  # the exact n closest (ties: lower index)
+    order = np.argsort(full, axis=1, kind="stable")[:, :n_used]  # the exact n_used nearest (ties: lower index)
     recall = np.take_along_axis(shortlisted[sampled], order, axis=1).mean(axis=1)
-    exact = distance_ratio(full, n, warn=lambda message: None)
-    short = distance_ratio(restricted, n, warn=lambda message: None)
+    exact = distance_ratio(full, n_used, warn=lambda message: None)
+    short = distance_ratio(restricted, n_used, warn=lambda message: None)
     return {**out, "recall": recall, "closest_found": shortlisted[sampled, order[:, 0]],
             "ratio_exact": exact.ratio, "ratio_shortlist": short.ratio,
             "closest_exact": exact.closest_distance, "closest_shortlist": short.closest_distance,
@@ -342,7 +342,7 @@ def recall_check(distances: np.ndarray, shortlisted: np.ndarray, sampled: np.nda
             "max_closest_error": float(np.max(np.abs(short.closest_distance - exact.closest_distance)))}
 
 
-def alignment_recall(exhaustive: np.ndarray, workflow: np.ndarray, candidates: np.ndarray, n: int) -> dict:
+def alignment_recall(exhaustive: np.ndarray, workflow: np.ndarray, candidates: np.ndarray, n_closest: int) -> dict:
     """How far the aligned ratio's K candidates are from aligning every training volume.
 
     Args:
@@ -352,10 +352,10 @@ def alignment_recall(exhaustive: np.ndarray, workflow: np.ndarray, candidates: n
         workflow: (R, T) the same rows as the workflow's aligned matrix holds them: aligned for
             the K candidates, the plain distance (an upper bound) elsewhere.
         candidates: (R, T) boolean mask of the K candidates.
-        n: The ratio's n (clamped to T).
+        n_closest: How many closest training volumes the ratio averages (clamped to T).
 
     Returns:
-        Per row ``recall`` (the exact n closest among the candidates), ``ratio_exact`` and
+        Per row ``recall`` (the exact n_closest nearest among the candidates), ``ratio_exact`` and
         ``ratio_workflow``; and ``recall_top_n`` (mean), ``min_recall``, ``max_ratio_error``.
     """
     from .ratio import distance_ratio
@@ -366,14 +366,14 @@ def alignment_recall(exhaustive: np.ndarray, workflow: np.ndarray, candidates: n
     if exact.shape != work.shape or exact.shape != cand.shape:
         raise ValueError(f"shapes differ: exhaustive {exact.shape}, workflow {work.shape}, candidates {cand.shape}")
     if len(exact) == 0:
-        return {"n": int(n), "recall": [], "ratio_exact": [], "ratio_workflow": [], "recall_top_n": None,
+        return {"n": int(n_closest), "recall": [], "ratio_exact": [], "ratio_workflow": [], "recall_top_n": None,
                 "min_recall": None, "max_ratio_error": None}
-    n = min(int(n), exact.shape[1])
-    order = np.argsort(exact, axis=1, kind="stable")[:, :n]
+    n_used = min(int(n_closest), exact.shape[1])
+    order = np.argsort(exact, axis=1, kind="stable")[:, :n_used]
     recall = np.take_along_axis(cand, order, axis=1).mean(axis=1)
-    r_exact = distance_ratio(exact, n, warn=lambda message: None).ratio
-    r_work = distance_ratio(work, n, warn=lambda message: None).ratio
-    return {"n": n, "recall": recall.tolist(), "ratio_exact": r_exact.tolist(), "ratio_workflow": r_work.tolist(),
+    r_exact = distance_ratio(exact, n_used, warn=lambda message: None).ratio
+    r_work = distance_ratio(work, n_used, warn=lambda message: None).ratio
+    return {"n": n_used, "recall": recall.tolist(), "ratio_exact": r_exact.tolist(), "ratio_workflow": r_work.tolist(),
             "recall_top_n": float(recall.mean()), "min_recall": float(recall.min()),
             "max_ratio_error": float(np.max(np.abs(r_work - r_exact)))}
 
@@ -403,7 +403,7 @@ def aligned_to(shortlist: Shortlist, query_ids: Sequence[str], training_ids: Seq
     return shortlist
 
 
-def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: str, n: int, *,
+def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: str, n_closest: int, *,
                   scores: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
                   heldout: tuple[np.ndarray, Shortlist | None] | None = None,
                   calls: Callable[[np.ndarray, np.ndarray], np.ndarray] | None = None,
@@ -414,13 +414,13 @@ def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: s
         distances: The synthetic volumes' (S, T) distances as computed (+inf: not computed).
         shortlist: Their shortlist, or None for an exhaustive search.
         measure: The measure (its cheap stage picks the candidates).
-        n: The ratio's n.
+        n_closest: How many closest training volumes the ratio averages.
         scores: ``scores(ratio, closest_distance) -> score`` (the ratio, or the absolute
             distance at segmentation level), for the calls.
         heldout: The held-out scans' (H, T) distances and their shortlist, when calibrated.
         calls: ``calls(synthetic_scores, null_scores) -> called`` (boolean per synthetic
             volume) at the calibrated rate, when calibrated.
-        min_recall: Params' threshold on the mean recall of the exact n closest.
+        min_recall: Params' threshold on the mean recall of the exact n_closest nearest.
         ids: Synthetic ids, for the per-row table.
     """
     d = np.asarray(distances, np.float64)
@@ -428,11 +428,11 @@ def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: s
     out = {"measure": measure, "mode": "exhaustive" if shortlist is None else "shortlist",
            "pairs_total": total, "pairs_computed": int(np.isfinite(d).sum()), "min_recall_threshold": min_recall}
     out["pairs_fraction"] = out["pairs_computed"] / total if total else None
-    if shortlist is None:  # every pair computed: the n closest are exact by construction
+    if shortlist is None:  # every pair computed: the n_closest nearest are exact by construction
         return {**out, "recall_top_n": 1.0, "recall_ok": True, "n_sampled": 0, "max_ratio_error": 0.0,
                 "calls_changed": 0 if calls is not None else None}
     stage = stage_of(measure)
-    check = recall_check(d, shortlist.shortlisted(stage), shortlist.sampled, n)
+    check = recall_check(d, shortlist.shortlisted(stage), shortlist.sampled, n_closest)
     out.update({"k": shortlist.k, "block_mm": shortlist.block_mm, "stage": stage, "n_sampled": int(len(check["rows"])),
                 "recall_top_n": check["recall_top_n"], "min_recall": check["min_recall"],
                 "closest_found": (float(np.mean(check["closest_found"])) if len(check["rows"]) else None),
@@ -444,7 +444,7 @@ def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: s
                                           check["ratio_shortlist"])]
     held_check = None
     if heldout is not None and heldout[1] is not None:
-        held_check = recall_check(heldout[0], heldout[1].shortlisted(stage), heldout[1].sampled, n)
+        held_check = recall_check(heldout[0], heldout[1].shortlisted(stage), heldout[1].sampled, n_closest)
         out["heldout"] = {"n_sampled": int(len(held_check["rows"])), "recall_top_n": held_check["recall_top_n"],
                           "min_recall": held_check["min_recall"], "max_ratio_error": held_check["max_ratio_error"]}
         if held_check["recall_top_n"] is not None and held_check["recall_top_n"] < min_recall:
@@ -455,7 +455,7 @@ def search_report(distances: np.ndarray, shortlist: Shortlist | None, measure: s
 
         def as_run(dist, chk, exact):
             """Scores as computed (sampled rows exact), or as a shortlist-only run would have them."""
-            r = distance_ratio(dist, n, warn=lambda message: None)
+            r = distance_ratio(dist, n_closest, warn=lambda message: None)
             s = np.array(scores(r.ratio, r.closest_distance), np.float64)
             if chk is not None and len(chk["rows"]) and not exact:
                 s[chk["rows"]] = scores(chk["ratio_shortlist"], chk["closest_shortlist"])
