@@ -23,6 +23,8 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	  || { echo "uv failed (it reads no pip.conf: set UV_INDEX_URL for a mirror); installing with pip"; \
 	       $(BIN)/python -m pip install --quiet -r requirements.txt -c constraints.txt; }
 	$(UV) --no-deps --no-build-isolation -e . || $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	# the FRD tests' reference implementation, without its dependencies (OpenCV serves only its 2D resize)
+	$(UV) --no-deps frd-score==1.0.1 || $(BIN)/python -m pip install --quiet --no-deps frd-score==1.0.1
 	@touch $(STAMP)
 
 install: $(STAMP)

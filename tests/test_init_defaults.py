@@ -138,3 +138,17 @@ def test_local_level_on_with_held_out_scans_when_its_volumes_fit_in_memory(tmp_p
     write_workspace(tmp_path / "big", inp, progress=lambda m: None)
     assert _params(tmp_path / "big")["relict"]["local"]["enabled"] is False
     assert "the job would hold about 0 GB of volumes, above 1e-09" in (tmp_path / "big/params.yaml").read_text()
+
+
+def test_frd_on_when_its_radiomics_fit_the_budget_off_with_its_estimate_otherwise(tmp_path, monkeypatch):
+    # fidelity.frd: PyRadiomics reads every volume again (seconds each); init prices it on the user's grid
+    plan = write_workspace(tmp_path / "small", _folders(tmp_path / "in", 6), progress=lambda m: None)
+    assert _params(tmp_path / "small")["fidelity"]["frd"] is True and plan["derived"]["frd_on"] is True
+    text = (tmp_path / "small/params.yaml").read_text()
+    assert "on (init): FRD beside the embeddings' measures; about" in text and "for the PyRadiomics features of 9 volumes" in text
+    # the estimate grows with the extent at FRD's 2 mm: a 1 mm head costs more than a 0.62 mm TOF slab
+    assert ws.estimate.radiomics_seconds([182, 218, 182], [1, 1, 1]) > ws.estimate.radiomics_seconds([128, 128, 32], [0.62, 0.62, 0.62])
+    monkeypatch.setattr(ws.estimate, "FRD_BUDGET_HOURS", 1e-9)
+    plan = write_workspace(tmp_path / "big", _folders(tmp_path / "in2", 6), progress=lambda m: None)
+    assert _params(tmp_path / "big")["fidelity"]["frd"] is False and plan["derived"]["frd_on"] is False
+    assert "true computes FRD (docs/fidelity.md)" in (tmp_path / "big/params.yaml").read_text()

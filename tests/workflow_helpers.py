@@ -63,6 +63,9 @@ def tiny_params() -> dict:
                               networks={"configured": configured,
                                         "r10": {"extractor": "medicalnet_resnet10", "seed": 0}})
     p["relict"]["review"]["top_k"] = 2  # rating-sheet pages (~1 s each)
+    # FRD: PyRadiomics takes ~10 s a volume at FRD's 2 mm; tested against frd-score in test_frd.py, in the
+    # audit in test_fidelity.py, and on the whole demo by CI (make demo-check)
+    p["fidelity"]["frd"] = False
     p["relict"]["evaluation"]["bootstrap"]["n"] = 50
     priv = p["privacy"]  # image (4 mm / 4) and latent filters at seconds-size
     priv["image_downsample"] = 4

@@ -3,11 +3,50 @@
 # real-vs-real floor and as C_T's test sample.
 
 
+# FRD's features (synthaudit.fidelity.radiomics): PyRadiomics on every volume of one split, once per
+# training set's train and held-out scans and per synthetic set, like the embeddings.
+rule radiomics:
+    input:
+        images=lambda wc: split_images(wc.dataset, wc.split),
+    output:
+        "results/fidelity/radiomics/{dataset}/{split}.npz",
+    log:
+        "logs/radiomics/{dataset}/{split}.log",
+    benchmark:
+        "benchmarks/radiomics/{dataset}/{split}.tsv"
+    wildcard_constraints:
+        split="train|heldout|synthetic",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=3000,
+    params:
+        ids=lambda wc: split_ids(wc.dataset, wc.split),
+    script:
+        "../scripts/radiomics.py"
+
+
+def _radiomics(split):
+    """The FRD features a fidelity job reads (none where fidelity.frd is off)."""
+
+    def files(wc):
+        if not PLAN.fidelity["frd"]:
+            return []
+        owner = wc.dataset if split == "synthetic" else TRAINING_OF[wc.dataset]
+        return [f"results/fidelity/radiomics/{owner}/{split}.npz"]
+
+    return files
+
+
 rule fidelity:
     input:
         train=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/train.npz",
         heldout=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/heldout.npz",
         synthetic="results/relict/features/{dataset}/synthetic.npz",
+        radiomics_train=_radiomics("train"),
+        radiomics_heldout=_radiomics("heldout"),
+        radiomics_synthetic=_radiomics("synthetic"),
     output:
         summary="results/fidelity/{dataset}/fidelity.json",
         table="results/fidelity/{dataset}/per_volume.tsv",

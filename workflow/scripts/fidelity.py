@@ -5,6 +5,7 @@ stored embeddings: fidelity.json (each measure, its CI, the held-out floor, C_T)
 from synthaudit.features.compare import load_embeddings, standardise
 from synthaudit.fidelity.audit import Embedded, audit, per_volume, pooled, summary_lines
 from synthaudit.fidelity.figures import embedding_figure
+from synthaudit.fidelity.radiomics import load_features
 from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 
@@ -17,7 +18,9 @@ with logged(snakemake.log[0]) as log:
     for name, (ids, x, _) in loaded.items():
         near = standardise(x, loaded["train"][1], p.scaling)[0]  # as the feature level compares them
         pool, pooling = pooled(x, meta)
-        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids])
+        frd = getattr(i, f"radiomics_{name}")  # FRD's features, where fidelity.frd is on
+        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids],
+                               load_features(frd[0], ids)[1] if len(frd) else None)
     result = audit(split["train"], split["heldout"], split["synthetic"], p.settings, pooling, p.scaling)
     result.update({"dataset": snakemake.wildcards.dataset, "extractor": meta.get("label", meta.get("name"))})
     write_json(snakemake.output.summary, result)

@@ -29,17 +29,21 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import measures as fm
+from .radiomics import LABEL as FRD_LABEL
+from .radiomics import frd
 
 
 @dataclass
 class Embedded:
     """One split: ids, globally pooled rows ``x`` (the Fréchet distance's), the rows the feature level
-    compares ``near`` (the nearest-neighbour measures'), and each row's patient (synthetic: its id)."""
+    compares ``near`` (the nearest-neighbour measures'), each row's patient (synthetic: its id), and
+    where FRD runs, each row's radiomic features (:mod:`.radiomics`)."""
 
     ids: list[str]
     x: np.ndarray
     near: np.ndarray
     patients: list[str]
+    radiomics: np.ndarray | None = None
 
 
 def pooled(embeddings: np.ndarray, meta: dict) -> tuple[np.ndarray, str]:
@@ -64,6 +68,8 @@ def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None)) -> 
     """Every measure of ``other`` (rows ``o``) against ``real`` (training), one number each; ``d``: the
     sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), computed once, not per replicate."""
     out = {"frechet_distance": fm.frechet_distance(real.x, other.x[o])}
+    if real.radiomics is not None:
+        out["frd"] = frd(real.radiomics, other.radiomics[o])
     g = other.near[o]
     rf = d["rf"][:, o]
     k = int(s["prdc_k"])
@@ -92,12 +98,15 @@ def _replicate(train: Embedded, other: Embedded, s: dict, d: dict, groups: tuple
     t = _by_patient(rng, groups[0])
     o = _by_patient(rng, groups[1])
     out = {"frechet_distance": fm.frechet_distance(train.x[t], other.x[o])}
+    if train.radiomics is not None:
+        out["frd"] = frd(train.radiomics[t], other.radiomics[o])
     # the nearest-neighbour measures: the replicate's distinct samples against the whole training
     # set (a copy whose source scan a replicate left out would look new)
     o = np.unique(o)
     if len(o) >= 2:
         rest = _point(train, other, s, d, o)
         rest.pop("frechet_distance")
+        rest.pop("frd", None)
         out.update(rest)
     return out
 
@@ -160,6 +169,8 @@ def audit(train: Embedded, heldout: Embedded, synthetic: Embedded, settings: dic
     return {"n_training": len(train.ids), "n_heldout": len(heldout.ids), "n_synthetic": len(synthetic.ids),
             "embedding_dim": int(train.x.shape[1]), "pooling": pooling,
             "nearest_neighbour_embeddings": f"the feature level's ({train.near.shape[1]} features, scaling {scaling})",
+            "frd": ({"features": int(train.radiomics.shape[1]), "definition": FRD_LABEL}
+                    if train.radiomics is not None else None),
             "synthetic": with_ci(train, synthetic, s, seed, rr),
             "floor": with_ci(train, heldout, s, seed + 1, rr),
             "c_t": {"value": result.c_t, "n_cells": result.n_cells, "tau": result.tau, "copy_z": float(ct["copy_z"]),
@@ -172,7 +183,8 @@ def summary_lines(f: dict) -> list[str]:
     """The verdict's fidelity lines: each measure, its CI, and the held-out scans' floor."""
     lines = [f"  fidelity ({f['n_synthetic']} synthetic, {f['n_heldout']} held-out against {f['n_training']} "
              f"training embeddings; the floor: held-out scans measured the same way)"]
-    for key, label, better in (("frechet_distance", "Fréchet distance", "lower"), ("precision", "precision", "higher"),
+    for key, label, better in (("frechet_distance", "Fréchet distance", "lower"), ("frd", "FRD (radiomics)", "lower"),
+                               ("precision", "precision", "higher"),
                                ("recall", "recall", "higher"), ("density", "density", "higher"),
                                ("coverage", "coverage", "higher"), ("alpha_precision", "α-precision", "higher"),
                                ("beta_recall", "β-recall", "higher"), ("authenticity", "authenticity", "higher")):

@@ -70,6 +70,24 @@ VOXELS_1MM = 182 * 218 * 182
 LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job holds its volumes in memory)
 
 
+# FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
+# classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; measured on the
+# 2-core machine, one process (bench/fidelity_cost.py: docs/fidelity.md)
+RADIOMICS_SECONDS_FIXED = 1.5
+
+
+RADIOMICS_SECONDS_PER_MVOXEL_2MM = 11.0
+
+
+FRD_BUDGET_HOURS = 4.0  # init switches fidelity.frd on where the radiomics of every volume fit (2 processes)
+
+
+def radiomics_seconds(shape: list[int], spacing_mm: list[float]) -> float:
+    """Estimated seconds of one volume's FRD features: its extent at FRD's 2 mm grid."""
+    voxels_2mm = float(np.prod([n * s / 2.0 for n, s in zip(shape, spacing_mm)]))
+    return RADIOMICS_SECONDS_FIXED + RADIOMICS_SECONDS_PER_MVOXEL_2MM * voxels_2mm / 1e6
+
+
 def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict) -> dict:
     """The values ``init`` derives from the user's data instead of taking the demo's (issue 29).
 
@@ -82,6 +100,7 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
       weights are installed (make install does): on real heads it separated copies from new
       patients by both embedding measures, where the untrained ResNet-50 did not by cosine on
       RELICT's grid (docs/real_anatomy.md). The demo keeps what its own study chose.
+    - FRD (``fidelity.frd``): on where PyRadiomics on every volume fits FRD_BUDGET_HOURS.
     """
     from ..relict import alignment as al
 
@@ -116,7 +135,10 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     local_cfg = _repo_params()["relict"]["local"]
     n_controls = n_heldout * len(local_cfg["controls"]["sizes_mm"])
     local_gb = (n_synthetic + n_heldout + n_controls) * 2 * 4 * float(np.prod(shape)) / 2 ** 30
+    # FRD (fidelity.frd): every training, held-out and synthetic volume once, in the rule's 2 processes
+    frd_hours = (n_train + n_heldout + n_synthetic) * radiomics_seconds(shape, spacing) / 2 / 3600
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
+            "frd_on": frd_hours <= FRD_BUDGET_HOURS, "frd_hours": frd_hours, "n_synthetic": n_synthetic,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
             "n_heldout": n_heldout,
             "extractor": "astra_resnet152" if astra_installed() else None,

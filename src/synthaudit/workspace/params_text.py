@@ -280,6 +280,13 @@ def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "d
         why = (f"the job would hold about {d['local_memory_gb']:.0f} GB of volumes, above {_limits.LOCAL_MEMORY_GB:g}"
                if d["n_heldout"] >= 2 else "needs held-out scans (--heldout)")
         _set(doc, "relict.local.enabled", False, f"off (init): {why}")
+    frd_cost = (f"about {d['frd_hours']:.1f} h on 2 processes for the PyRadiomics features of "
+                f"{d['n_train'] + d['n_heldout'] + d['n_synthetic']} volumes")
+    if d["frd_on"]:
+        _set(doc, "fidelity.frd", True, f"on (init): FRD beside the embeddings' measures; {frd_cost}")
+    else:
+        _set(doc, "fidelity.frd", False, f"off (init): {frd_cost}, above {_limits.FRD_BUDGET_HOURS:g} h; "
+             "true computes FRD (docs/fidelity.md)")
     if d.get("extractor"):
         _set(doc, "relict.features.extractor", d["extractor"],
              "init: the pretrained 3D CT encoder (installed); on real heads both embedding measures "
