@@ -178,7 +178,7 @@ class WorkflowPlan:
         # spiked datasets with augmented replicas get the evaluation per replica kind
         self.augmented_datasets = [
             d for d in self.spiked_datasets
-            if (cfg[d]["synthetic"]["spiked"].get("augmented") or {}).get("n_per_kind", 0) > 0
+            if (cfg[d]["synthetic"]["spiked"].get("augmented") or {"n_per_kind": 0})["n_per_kind"] > 0
             and d in self.rated_datasets]
         self.feature_study = config.get("feature_study") or {"datasets": [], "networks": {}}
         self.study_datasets = [d for d in self.feature_study["datasets"] if d in self.datasets]

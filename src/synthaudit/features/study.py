@@ -163,7 +163,7 @@ def default_candidate(features: Mapping, networks: Mapping[str, Mapping]) -> str
         return (net.get(key) or None) == (features.get(key) or None)
 
     for name, net in networks.items():
-        seed_ok = bool(features.get("weights")) or net.get("seed", 0) == features.get("seed", 0)
+        seed_ok = bool(features.get("weights")) or (net.get("seed") or 0) == (features.get("seed") or 0)  # unset = 0
         if all(same(k, net) for k in NETWORK_KEYS) and seed_ok:
             return candidate_name(name, grid, features.get("scaling") or "none")
     return None
