@@ -445,3 +445,19 @@ def test_demo_null_is_the_matched_one_and_says_how_it_was_made(demo):
     assert (demo / "results/relict/ncct_demo/heldout/dice_binary.npz").is_file()
     copies = json.loads((demo / "results/relict/ncct_demo/copies.json").read_text())
     assert "mae" in copies["matched_null"] and "dice_binary" not in copies["matched_null"]
+
+
+def test_gate_fails_the_demo_on_its_planted_copies_and_passes_a_permissive_policy(demo, tmp_path):
+    """synthaudit gate (issue 46) on the workflow's own metrics: the spiked set's copies fail the
+    shipped policy; a policy that allows them and requires nothing else passes."""
+    from synthaudit.cli import main
+
+    assert main(["gate", str(demo)]) == 1
+    checks = json.loads((demo / "results/gate.json").read_text())["checks"]
+    own = {c["rule"]: c for c in checks if c["dataset"] == "ncct_demo"}
+    assert own["calibrated_copies"]["verdict"] == "fail" and own["calibrated_copies"]["value"] >= 1
+    assert own["c_t"]["value"] is not None and own["frechet_distance_vs_floor"]["ci"] is not None
+    permissive = tmp_path / "policy.yaml"
+    permissive.write_text("datasets: [tof_demo]\nrules:\n  calibrated_copies: {max: 1000}\n"
+                          "  copies_per_patient: {max: 1000}\n")
+    assert main(["gate", str(demo), "--policy", str(permissive), "--out", str(tmp_path / "gate.json")]) == 0

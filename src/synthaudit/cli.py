@@ -75,7 +75,9 @@ def _init(args) -> int:
               + f": about {der['alignment_hours']:.1f} h on 2 threads for {der['alignment_pairs']} pairs; "
               f"pre-selection on {der['preselect_factor']}-voxel blocks)"
               + (f"; feature level: {der['extractor']} (pretrained, docs/real_anatomy.md)" if der.get("extractor")
-                 else ""))
+                 else "")
+              + f"; FRD {'on' if der['frd_on'] else 'off'} (fidelity.frd: about {der['frd_hours']:.1f} h of "
+              "PyRadiomics on 2 processes)")
     if p["warning"]:
         print(f"  WARNING: {p['warning']}")
     print(f"\nnext:\n  cd {d}\n  snakemake --cores all          # or: dvc repro; SLURM: --workflow-profile "
@@ -156,6 +158,16 @@ def _where(args) -> int:
     return 0
 
 
+def _gate(args) -> int:
+    from .review.gate import PolicyError, run
+
+    try:
+        return run(args.audit_dir, args.policy, args.out)
+    except (PolicyError, FileNotFoundError) as e:
+        print(f"synthaudit gate: {e}", file=sys.stderr)
+        return 2
+
+
 def _f(v) -> str:
     return "NA" if v is None else f"{v:.3f}"
 
@@ -188,5 +200,11 @@ def main(argv=None) -> int:
     w = sub.add_parser("where", help="print where the results of a run are")
     w.add_argument("--root", default=".")
     w.set_defaults(func=_where)
+    g = sub.add_parser("gate", help="hold a finished audit's metrics against a release policy (exit 0 pass, "
+                       "1 fail, 2 inconclusive)")
+    g.add_argument("audit_dir", nargs="?", default=".", help="the audit folder (its results/metrics/)")
+    g.add_argument("--policy", help="a policy YAML (default: the shipped workflow/gate/policy.yaml; docs/gate.md)")
+    g.add_argument("--out", help="where to write the result (default: AUDIT_DIR/results/gate.json)")
+    g.set_defaults(func=_gate)
     args = ap.parse_args(argv)
     return args.func(args)

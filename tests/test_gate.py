@@ -1,0 +1,93 @@
+"""synthaudit gate (issue 46): a finished audit's metrics against a policy, with exit status 0/1/2."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from synthaudit.cli import main
+from synthaudit.review import gate
+
+
+def _audit(root, n_copies=0, per_patient=(0, 0), flags=0.0, c_t=0.5, fd=(0.2, 0.15, 0.25, 0.1), local=0):
+    """An audit folder with the metrics files the workflow writes (the fields the gate reads)."""
+    m = root / "results" / "metrics"
+    m.mkdir(parents=True)
+    (m / "copies.json").write_text(json.dumps({"audit": {
+        "rate": 0.05, "n_heldout": 20, "n_copies": n_copies, "n_patients_copied": sum(p > 0 for p in per_patient),
+        "local_n_called": local}}))
+    (m / "fidelity.json").write_text(json.dumps({"audit": {
+        "n_synthetic": 40, "c_t": c_t,
+        "frechet_distance": {"value": fd[0], "ci_low": fd[1], "ci_high": fd[2], "floor": fd[3]}}}))
+    (m / "privacy.json").write_text(json.dumps({"audit": {"image": {"synthetic": {"audit": {"flag_rate": flags}}}}}))
+    rel = root / "results" / "relict" / "audit"
+    rel.mkdir(parents=True)
+    rows = "".join(f"p{k}\t2\t{n}\n" for k, n in enumerate(per_patient))
+    (rel / "copies.tsv").write_text("patient_id\tn_training_scans\tcombined_copies\n" + rows)
+    return root
+
+
+def _policy(tmp_path, **rules):
+    base = yaml.safe_load(gate.default_policy().read_text())
+    for k, v in rules.items():
+        base["rules"][k].update(v)
+    p = tmp_path / "policy.yaml"
+    p.write_text(yaml.safe_dump(base))
+    return p
+
+
+def test_a_clean_audit_passes_the_default_policy(tmp_path, capsys):
+    root = _audit(tmp_path / "ws")
+    assert main(["gate", str(root)]) == 0
+    out = json.loads((root / "results/gate.json").read_text())
+    assert out["result"] == "pass" and out["exit_status"] == 0
+    assert {c["rule"] for c in out["checks"]} == {"calibrated_copies", "copies_per_patient", "local_copies",
+                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor"}
+    text = capsys.readouterr().out
+    assert "PASS  audit: calibrated_copies 0 (limit <= 0)" in text and text.strip().endswith("gate: PASS")
+
+
+def test_a_planted_copy_turns_the_gate_from_pass_to_fail(tmp_path):
+    assert main(["gate", str(_audit(tmp_path / "clean"))]) == 0
+    copied = _audit(tmp_path / "copied", n_copies=1, per_patient=(0, 1))
+    assert main(["gate", str(copied)]) == 1
+    checks = {c["rule"]: c for c in json.loads((copied / "results/gate.json").read_text())["checks"]}
+    assert checks["calibrated_copies"]["verdict"] == "fail" and checks["copies_per_patient"]["verdict"] == "pass"
+
+
+def test_inconclusive_where_an_interval_straddles_the_limit_or_a_required_metric_is_missing(tmp_path):
+    # FD 2x its floor with a CI of 1.5x-2.5x against a limit of 2x: inconclusive, not pass or fail
+    root = _audit(tmp_path / "ws", fd=(0.2, 0.15, 0.25, 0.1))
+    assert main(["gate", str(root), "--policy", str(_policy(tmp_path, frechet_distance_vs_floor={"max": 2.0}))]) == 2
+    # 4 volumes of 40 flagged (10 %): its exact 95 % interval reaches 24 %, above the 15 % limit
+    assert main(["gate", str(_audit(tmp_path / "flagged", flags=4 / 40))]) == 2
+    assert gate.clopper_pearson(4, 40, 0.95)[1] > 0.15 > gate.clopper_pearson(0, 40, 0.95)[1]
+    # no copies.tsv: the required per-patient rule cannot be judged
+    bare = _audit(tmp_path / "bare")
+    (bare / "results/relict/audit/copies.tsv").unlink()
+    assert main(["gate", str(bare)]) == 2
+    # a failure outranks an inconclusive rule
+    assert main(["gate", str(_audit(tmp_path / "both", c_t=-3.0, flags=4 / 40))]) == 1
+
+
+def test_a_stage_that_did_not_run_is_not_applicable_unless_required(tmp_path):
+    root = _audit(tmp_path / "ws")
+    (root / "results/metrics/privacy.json").unlink()
+    (root / "results/metrics/fidelity.json").unlink()
+    assert main(["gate", str(root)]) == 0
+    verdicts = {c["rule"]: c["verdict"] for c in json.loads((root / "results/gate.json").read_text())["checks"]}
+    assert verdicts["privacy_flag_rate"] == verdicts["c_t"] == "not applicable"
+    policy = _policy(tmp_path, c_t={"required": True})
+    assert main(["gate", str(root), "--policy", str(policy)]) == 2
+
+
+def test_a_bad_policy_names_the_file_and_the_key(tmp_path, capsys):
+    bad = tmp_path / "policy.yaml"
+    bad.write_text("rules:\n  calibrated_copies: {max: -1}\n  made_up: {max: 1}\n")
+    with pytest.raises(gate.PolicyError, match=r"policy.yaml: .*calibrated_copies.max"):
+        gate.load_policy(bad)
+    assert main(["gate", str(_audit(tmp_path / "ws")), "--policy", str(bad)]) == 2
+    assert "policy.yaml" in capsys.readouterr().err
+    assert main(["gate", str(tmp_path / "nothing")]) == 2  # no results/metrics: says what to run
