@@ -168,6 +168,24 @@ def _gate(args) -> int:
         return 2
 
 
+def _card(args) -> int:
+    from .review.card import write
+
+    card = write(args.audit_dir)
+    n = sum(len(rows) for rows in card["files"].values())
+    print(f"{Path(args.audit_dir) / 'results/audit_card.json'} (and .md): {n} volume(s) by SHA-256, "
+          f"gate {card['gate']['result']}")
+    return 0
+
+
+def _verify_card(args) -> int:
+    from .review.card import verify
+
+    lines, status = verify(args.card, args.folder)
+    print("\n".join(lines))
+    return status
+
+
 def _f(v) -> str:
     return "NA" if v is None else f"{v:.3f}"
 
@@ -206,5 +224,12 @@ def main(argv=None) -> int:
     g.add_argument("--policy", help="a policy YAML (default: the shipped workflow/gate/policy.yaml; docs/gate.md)")
     g.add_argument("--out", help="where to write the result (default: AUDIT_DIR/results/gate.json)")
     g.set_defaults(func=_gate)
+    c = sub.add_parser("card", help="write results/audit_card.json and .md: every input by SHA-256, provenance, the gate")
+    c.add_argument("audit_dir", nargs="?", default=".")
+    c.set_defaults(func=_card)
+    vc = sub.add_parser("verify-card", help="check that a folder's volumes are the ones an audit card names")
+    vc.add_argument("card", help="an audit_card.json")
+    vc.add_argument("folder", help="the folder of volumes you hold")
+    vc.set_defaults(func=_verify_card)
     args = ap.parse_args(argv)
     return args.func(args)
