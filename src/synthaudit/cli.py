@@ -155,6 +155,10 @@ def _where(args) -> int:
                 flagged = ", ".join(f"{n} {_f(x['flag_rate'])}" for n, x in e["synthetic"].items())
                 print(f"    {owner:>12} {space:>6}: verification AUC {_f(e['verification_auc'])}, specificity "
                       f"{_f(e['specificity'])}, flag rate {flagged}")
+    gate = root / "results/gate.json"
+    print("  the decision:       " + (f"{gate.relative_to(root)}: {json.loads(gate.read_text())['result']}"
+                                      if gate.is_file() else "synthaudit gate (not run yet)")
+          + "; the card: synthaudit card (docs/gate.md)")
     return 0
 
 
