@@ -461,3 +461,16 @@ def test_gate_fails_the_demo_on_its_planted_copies_and_passes_a_permissive_polic
     permissive.write_text("datasets: [tof_demo]\nrules:\n  calibrated_copies: {max: 1000}\n"
                           "  copies_per_patient: {max: 1000}\n")
     assert main(["gate", str(demo), "--policy", str(permissive), "--out", str(tmp_path / "gate.json")]) == 0
+
+
+def test_verdict_page_leads_with_the_gate_and_shows_the_copies_at_full_width(demo):
+    """results/verdict.html (issue 46): standalone, the gate's decision first, each set's verdict and its
+    figures linked at full size; its gate line agrees with synthaudit gate."""
+    page = (demo / "results/verdict.html").read_text()
+    assert page.startswith("<!DOCTYPE html>") and "snakemake" not in page.lower()
+    first_h2 = page.index("<h2")
+    assert page.index('id="gate"') < first_h2 and "Release gate (shipped policy): <b>FAIL</b>" in page
+    assert page.index('<h2 id="ncct_demo"') < page.index('src="figures/ncct_demo/verdict.png"')
+    assert '<a href="figures/ncct_demo/verdict.png"><img class="full"' in page and "img.full { width: 100%" in page
+    for src in re.findall(r'src="([^"]+\.png)"', page):
+        assert (demo / "results" / src).is_file(), src

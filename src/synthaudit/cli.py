@@ -118,6 +118,7 @@ def _where(args) -> int:
         print(f"    figures:          results/figures/{d}/")
         print(f"    registration QC:  results/preprocessed/{d}/qc.tsv, qc_montage.png")
     print(f"  metrics:            {metrics.relative_to(root)}")
+    print("  verdict page:       results/verdict.html (read first: the decision and the copies at full width)")
     print("  report:             results/report.html")
     if metrics.is_file():
         for d, per in data.items():

@@ -288,9 +288,36 @@ rule verdict:
         "../scripts/verdict.py"
 
 
+# the page a person reads first (synthaudit.review.page): the gate's decision, then each set's verdict
+# and figures at full width; standalone, linked from the report's first line
+rule verdict_page:
+    input:
+        rst="results/verdict.rst",
+        metrics="results/metrics/relict.json",  # and copies.json, written beside it
+        fidelity=["results/metrics/fidelity.json"] if PLAN.fidelity_datasets else [],
+        privacy=["results/metrics/privacy.json"] if PLAN.privacy_runs else [],
+        fidelity_figures=[f"results/figures/{d}/fidelity.png" for d in PLAN.fidelity_datasets],
+    output:
+        "results/verdict.html",
+    log:
+        "logs/verdict_page.log",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=500,
+    params:
+        datasets=REVIEWED_DATASETS,
+        measures=PLAN.measures,
+        aligned=PLAN.aligned_datasets,
+    script:
+        "../scripts/verdict_page.py"
+
+
 rule review_all:
     input:
         "results/verdict.rst",
+        "results/verdict.html",
         "results/tables/runtime.tsv",
         [f"results/tables/{d}/runtime.tsv" for d in REVIEWED_DATASETS],
         [f"results/tables/{d}/combined_ranking.tsv" for d in REVIEWED_DATASETS],
