@@ -421,3 +421,12 @@ def test_invalid_params_and_sources_raise_plan_errors(tiny):
     p["datasets"]["ncct_ldm"]["synthetic"]["ldm"]["n_training"] = 1000
     with pytest.raises(PlanError, match="datasets.ncct_ldm.synthetic.ldm.n_training=1000"):
         WorkflowPlan(p)
+
+
+def test_fidelity_reads_frd_features_of_the_training_sets_scans_and_its_own_samples(shipped, shipped_params):
+    # the sets sharing ncct_demo's scans read its train/held-out features once made; fidelity.frd off: none
+    assert shipped.fidelity_radiomics("ncct_ldm", "train") == ["results/fidelity/radiomics/ncct_demo/train.npz"]
+    assert shipped.fidelity_radiomics("ncct_ldm", "synthetic") == ["results/fidelity/radiomics/ncct_ldm/synthetic.npz"]
+    off = copy.deepcopy(shipped_params)
+    off["fidelity"]["frd"] = False
+    assert WorkflowPlan(off).fidelity_radiomics("ncct_ldm", "heldout") == []

@@ -467,6 +467,14 @@ class WorkflowPlan:
             return [s.id for s in self.plans[self.training_of[dataset]].heldout]
         return [s.id for s in (p.train if split == "train" else p.heldout)]
 
+    def fidelity_radiomics(self, dataset: str, split: str) -> list[str]:
+        """The FRD features a fidelity job reads: the training set's train and held-out scans', the
+        set's own samples'; none where fidelity.frd is off."""
+        if not self.fidelity["frd"]:
+            return []
+        owner = dataset if split == "synthetic" else self.training_of[dataset]
+        return [f"results/fidelity/radiomics/{owner}/{split}.npz"]
+
     # -- segmentation level ----------------------------------------------------------------
 
     def seg_label_path(self, dataset: str, vid: str, synthetic: bool) -> str:

@@ -27,26 +27,15 @@ rule radiomics:
         "../scripts/radiomics.py"
 
 
-def _radiomics(split):
-    """The FRD features a fidelity job reads (none where fidelity.frd is off)."""
-
-    def files(wc):
-        if not PLAN.fidelity["frd"]:
-            return []
-        owner = wc.dataset if split == "synthetic" else TRAINING_OF[wc.dataset]
-        return [f"results/fidelity/radiomics/{owner}/{split}.npz"]
-
-    return files
-
-
 rule fidelity:
     input:
         train=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/train.npz",
         heldout=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/heldout.npz",
         synthetic="results/relict/features/{dataset}/synthetic.npz",
-        radiomics_train=_radiomics("train"),
-        radiomics_heldout=_radiomics("heldout"),
-        radiomics_synthetic=_radiomics("synthetic"),
+        # FRD's features (none where fidelity.frd is off)
+        radiomics_train=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "train"),
+        radiomics_heldout=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "heldout"),
+        radiomics_synthetic=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "synthetic"),
     output:
         summary="results/fidelity/{dataset}/fidelity.json",
         table="results/fidelity/{dataset}/per_volume.tsv",

@@ -72,7 +72,7 @@ LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job hold
 
 # FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
 # classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; measured on the
-# 2-core machine, one process (bench/fidelity_cost.py: docs/fidelity.md)
+# 2-core machine, one process (bench/fidelity/radiomics_cost.py: results/bench/radiomics_cost.json)
 RADIOMICS_SECONDS_FIXED = 1.5
 
 
