@@ -41,14 +41,14 @@ def test_the_extraction_settings_are_frd_scores_own():
 
 @pytest.fixture(scope="module")
 def two_sets(tmp_path_factory):
-    """Two sets of four small textured volumes (4 mm voxels, resampled to FRD's 2 mm) that differ in contrast."""
+    """Two sets of three small textured volumes (4 mm voxels, resampled to FRD's 2 mm) that differ in contrast."""
     root = tmp_path_factory.mktemp("frd")
     rng = np.random.default_rng(0)
     paths = {}
     for name, scale in (("a", 1.0), ("b", 1.4)):
         (root / name).mkdir()
         paths[name] = []
-        for i in range(4):
+        for i in range(3):
             v = gaussian_filter(rng.normal(size=(14, 14, 13)), 1.0) * 100 * scale + 40
             p = root / name / f"v{i}.nii.gz"
             nib.save(nib.Nifti1Image(v.astype(np.float32), np.diag([4.0, 4.0, 4.0, 1.0])), p)
@@ -61,7 +61,7 @@ def test_frd_equals_frd_score_on_the_same_volumes(two_sets):
     root, paths = two_sets
     names, a = R.extract_many(paths["a"])
     names_b, b = R.extract_many(paths["b"], workers=2)  # the pool gives the same numbers, in order
-    assert names == names_b and a.shape == (4, len(names)) and len(names) > 900
+    assert names == names_b and a.shape == (3, len(names)) and len(names) > 900
     theirs = frd_score.compute_frd([str(root / "a"), str(root / "b")], num_workers=1)
     ours = R.frd(a, b)
     # the same features and normalisation; the Fréchet distance exact here, frd-score's through a
@@ -101,3 +101,26 @@ def test_unreadable_volume_is_named(tmp_path):
     bad.write_bytes(b"not a volume")
     with pytest.raises(ValueError, match="broken.nii.gz: SimpleITK cannot read it"):
         R.features_of(bad)
+
+
+def test_a_feature_constant_up_to_rounding_in_the_training_scans_is_named_as_frds_driver():
+    """frd-score's z-scoring by the reference magnifies a feature that is ~0 there (a wavelet band's median
+    over empty background: SD 1e-14 on the demo): FRD explodes, and the audit says which feature did it."""
+    from synthaudit.fidelity.audit import Embedded, audit, summary_lines
+
+    rng = np.random.default_rng(3)
+    ref, other = rng.normal(size=(20, 6)), rng.normal(size=(20, 6))
+    ref[:, 4] = rng.normal(scale=1e-14, size=20)  # zero up to rounding
+    other[:, 4] = 1e-3  # the samples' background is not empty
+    top = R.dominant_features(ref, other, [f"f{k}" for k in range(6)])
+    assert top[0]["feature"] == "f4" and top[0]["share"] > 0.99 and top[0]["reference_sd"] < 1e-13
+    assert R.frd(ref, other) > 30  # log d^2: the 1e-3 offset is ~1e11 SDs
+    x = rng.normal(size=(20, 3))
+    ids = [f"v{k}" for k in range(20)]
+    train = Embedded(ids, x, x, ids, ref, [f"f{k}" for k in range(6)])
+    held = Embedded(ids, x + 0.1, x + 0.1, ids, rng.normal(size=(20, 6)))
+    syn = Embedded(ids, x + 0.2, x + 0.2, ids, other)
+    settings = {"prdc_k": 3, "alpha_steps": 30, "bootstrap": {"n": 10, "seed": 0, "level": 0.9},
+                "c_t": {"cells": 1, "min_generated": 2, "pca_components": 2, "seed": 0, "copy_z": 2.0}}
+    lines = summary_lines(audit(train, held, syn, settings, "test", "none"))
+    assert any("of it from one feature, f4" in line for line in lines)

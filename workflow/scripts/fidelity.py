@@ -19,8 +19,8 @@ with logged(snakemake.log[0]) as log:
         near = standardise(x, loaded["train"][1], p.scaling)[0]  # as the feature level compares them
         pool, pooling = pooled(x, meta)
         frd = getattr(i, f"radiomics_{name}")  # FRD's features, where fidelity.frd is on
-        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids],
-                               load_features(frd[0], ids)[1] if len(frd) else None)
+        names, feats = load_features(frd[0], ids) if len(frd) else (None, None)
+        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids], feats, names)
     result = audit(split["train"], split["heldout"], split["synthetic"], p.settings, pooling, p.scaling)
     result.update({"dataset": snakemake.wildcards.dataset, "extractor": meta.get("label", meta.get("name"))})
     write_json(snakemake.output.summary, result)

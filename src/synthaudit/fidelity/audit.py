@@ -30,7 +30,7 @@ import numpy as np
 
 from . import measures as fm
 from .radiomics import LABEL as FRD_LABEL
-from .radiomics import frd
+from .radiomics import dominant_features, frd
 
 
 @dataclass
@@ -44,6 +44,7 @@ class Embedded:
     near: np.ndarray
     patients: list[str]
     radiomics: np.ndarray | None = None
+    radiomics_names: list[str] | None = None
 
 
 def pooled(embeddings: np.ndarray, meta: dict) -> tuple[np.ndarray, str]:
@@ -169,14 +170,23 @@ def audit(train: Embedded, heldout: Embedded, synthetic: Embedded, settings: dic
     return {"n_training": len(train.ids), "n_heldout": len(heldout.ids), "n_synthetic": len(synthetic.ids),
             "embedding_dim": int(train.x.shape[1]), "pooling": pooling,
             "nearest_neighbour_embeddings": f"the feature level's ({train.near.shape[1]} features, scaling {scaling})",
-            "frd": ({"features": int(train.radiomics.shape[1]), "definition": FRD_LABEL}
-                    if train.radiomics is not None else None),
+            "frd": _frd_info(train, heldout, synthetic),
             "synthetic": with_ci(train, synthetic, s, seed, rr),
             "floor": with_ci(train, heldout, s, seed + 1, rr),
             "c_t": {"value": result.c_t, "n_cells": result.n_cells, "tau": result.tau, "copy_z": float(ct["copy_z"]),
                     "copying_cells": [c["cell"] for c in result.cells if c["counted"] and c["z_u"] is not None
                                       and c["z_u"] < -float(ct["copy_z"])],
                     "cells": result.cells}}
+
+
+def _frd_info(train: Embedded, heldout: Embedded, synthetic: Embedded) -> dict | None:
+    """FRD's definition, and the features that drive it for the samples and for the floor."""
+    if train.radiomics is None:
+        return None
+    names = train.radiomics_names or [f"feature{k}" for k in range(train.radiomics.shape[1])]
+    return {"features": int(train.radiomics.shape[1]), "definition": FRD_LABEL,
+            "dominant": dominant_features(train.radiomics, synthetic.radiomics, names),
+            "floor_dominant": dominant_features(train.radiomics, heldout.radiomics, names)}
 
 
 def summary_lines(f: dict) -> list[str]:
@@ -194,6 +204,11 @@ def summary_lines(f: dict) -> list[str]:
         ci = f" [{v['ci'][0]:.3g}, {v['ci'][1]:.3g}]" if v.get("ci") else ""
         fci = f" [{floor['ci'][0]:.3g}, {floor['ci'][1]:.3g}]" if floor.get("ci") else ""
         lines.append(f"    {label}: {v['value']:.3g}{ci}; held-out floor {floor['value']:.3g}{fci} ({better} is better)")
+        top = (f.get("frd") or {}).get("dominant") if key == "frd" else None
+        if top and top[0]["share"] is not None and top[0]["share"] > 0.5:
+            lines.append(f"      {top[0]['share']:.0%} of it from one feature, {top[0]['feature']} (SD "
+                         f"{top[0]['reference_sd']:.2g} over the training scans: FRD's z-scoring by the training "
+                         "scans magnifies it; fidelity.json lists the next)")
     c = f["c_t"]
     if c["value"] is not None:
         verdict = (f"copying (below -{c['copy_z']:g})" if c["value"] < -c["copy_z"]

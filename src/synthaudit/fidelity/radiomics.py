@@ -121,9 +121,8 @@ def extract_many(paths: Sequence[str | Path], workers: int = 1,
     return names, np.array([[row[n] for n in names] for row in rows], np.float64)
 
 
-def normalised(reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """frd-score v1's preprocessing of two feature sets: NaN rows dropped, float32, z-scored by the
-    reference's statistics (no guard: SD 0 gives inf), non-finite columns dropped."""
+def _normalised(reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`normalised`, with the mask of the columns kept and the reference's SDs."""
     sets = []
     for x in (reference, other):
         x = np.asarray(x, np.float64)
@@ -140,7 +139,28 @@ def normalised(reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np
             z[:, usable] = ((x[:, usable] - mean[usable]) / sd[usable]) * 1.0 + 0.0
         out.append(z)
     keep = np.isfinite(out[0]).all(axis=0) & np.isfinite(out[1]).all(axis=0)
-    return out[0][:, keep], out[1][:, keep]
+    return out[0][:, keep], out[1][:, keep], keep, sd
+
+
+def normalised(reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """frd-score v1's preprocessing of two feature sets: NaN rows dropped, float32, z-scored by the
+    reference's statistics (no guard: SD 0 gives inf), non-finite columns dropped."""
+    return _normalised(reference, other)[:2]
+
+
+def dominant_features(reference: np.ndarray, other: np.ndarray, names: Sequence[str], k: int = 3) -> list[dict]:
+    """The ``k`` features that differ most between the sets after FRD's z-scoring, each with its share
+    of the per-feature (1-D) Fréchet distances, (mean_a - mean_b)^2 + (sd_a - sd_b)^2, and the
+    reference's SD before z-scoring. Why: z-scoring by the reference lets a feature that is constant
+    up to rounding there (a wavelet band's median of ~1e-14 over the scans' empty background) dominate
+    FRD by many orders of magnitude; frd-score does the same. The reader sees it."""
+    a, b, keep, sd = _normalised(reference, other)
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    term = (a.mean(axis=0) - b.mean(axis=0)) ** 2 + (a.std(axis=0, ddof=1) - b.std(axis=0, ddof=1)) ** 2
+    total = float(term.sum())
+    kept_names, kept_sd = np.asarray(names)[keep], sd[keep]
+    return [{"feature": str(kept_names[i]), "share": float(term[i] / total) if total > 0 else None,
+             "reference_sd": float(kept_sd[i])} for i in np.argsort(term)[::-1][:k]]
 
 
 def frd(reference: np.ndarray, other: np.ndarray) -> float:
