@@ -124,3 +124,20 @@ def test_a_feature_constant_up_to_rounding_in_the_training_scans_is_named_as_frd
                 "c_t": {"cells": 1, "min_generated": 2, "pca_components": 2, "seed": 0, "copy_z": 2.0}}
     lines = summary_lines(audit(train, held, syn, settings, "test", "none"))
     assert any("of it from one feature, f4" in line for line in lines)
+
+
+def test_a_constant_volume_is_left_out_of_frd_with_its_name(tmp_path):
+    """PyRadiomics cannot describe a constant volume (its z-scoring divides by 0): the volume gets a row
+    of NaN, which FRD drops as frd-score's v1 does, and the warning names the file."""
+    rng = np.random.default_rng(2)
+    paths = []
+    for k, v in enumerate([np.full((12, 12, 11), 1.5, np.float32),
+                           gaussian_filter(rng.normal(size=(12, 12, 11)), 1.0).astype(np.float32)]):
+        paths.append(tmp_path / f"v{k}.nii.gz")
+        nib.save(nib.Nifti1Image(v, np.diag([4.0, 4.0, 4.0, 1.0])), paths[-1])
+    warnings = []
+    names, x = R.extract_many(paths, warn=warnings.append)
+    assert np.isnan(x[0]).all() and np.isfinite(x[1]).all() and len(names) > 900
+    assert len(warnings) == 1 and "v0.nii.gz" in warnings[0]
+    with pytest.raises(ValueError, match="described none of the 1 volume"):
+        R.extract_many(paths[:1])

@@ -8,6 +8,6 @@ with logged(snakemake.log[0]) as log:
     paths = list(snakemake.input.images)
     log.info("%s", LABEL)
     progress = Progress(log, f"radiomics of {snakemake.wildcards.split} volumes", len(paths))
-    names, features = extract_many(paths, workers=snakemake.threads, progress=progress)
+    names, features = extract_many(paths, workers=snakemake.threads, progress=progress, warn=log.warning)
     save_features(snakemake.output[0], snakemake.params.ids, names, features)
     log.info("%d volumes x %d features", *features.shape)

@@ -70,7 +70,7 @@ def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None)) -> 
     sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), computed once, not per replicate."""
     out = {"frechet_distance": fm.frechet_distance(real.x, other.x[o])}
     if real.radiomics is not None:
-        out["frd"] = frd(real.radiomics, other.radiomics[o])
+        out.update(_frd(real.radiomics, other.radiomics[o]))
     g = other.near[o]
     rf = d["rf"][:, o]
     k = int(s["prdc_k"])
@@ -79,6 +79,15 @@ def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None)) -> 
     ab = fm.alpha_beta_authenticity(real.near, g, int(s["alpha_steps"]), rr=d["rr"], rf=rf)
     out.update({key: ab[key] for key in ("alpha_precision", "beta_recall", "authenticity")})
     return out
+
+
+def _frd(reference: np.ndarray, other: np.ndarray) -> dict:
+    """``{"frd": value}``, or nothing where too few volumes have features (PyRadiomics cannot
+    describe a constant volume; FRD leaves such volumes out, and needs two in each set)."""
+    try:
+        return {"frd": frd(reference, other)}
+    except ValueError:
+        return {}
 
 
 def _groups(patients: Sequence[str]) -> list[np.ndarray]:
@@ -100,7 +109,7 @@ def _replicate(train: Embedded, other: Embedded, s: dict, d: dict, groups: tuple
     o = _by_patient(rng, groups[1])
     out = {"frechet_distance": fm.frechet_distance(train.x[t], other.x[o])}
     if train.radiomics is not None:
-        out["frd"] = frd(train.radiomics[t], other.radiomics[o])
+        out.update(_frd(train.radiomics[t], other.radiomics[o]))
     # the nearest-neighbour measures: the replicate's distinct samples against the whole training
     # set (a copy whose source scan a replicate left out would look new)
     o = np.unique(o)
@@ -184,9 +193,16 @@ def _frd_info(train: Embedded, heldout: Embedded, synthetic: Embedded) -> dict |
     if train.radiomics is None:
         return None
     names = train.radiomics_names or [f"feature{k}" for k in range(train.radiomics.shape[1])]
-    return {"features": int(train.radiomics.shape[1]), "definition": FRD_LABEL,
-            "dominant": dominant_features(train.radiomics, synthetic.radiomics, names),
-            "floor_dominant": dominant_features(train.radiomics, heldout.radiomics, names)}
+    out = {"features": int(train.radiomics.shape[1]), "definition": FRD_LABEL,
+           "volumes_without_features": {name: int(np.isnan(s.radiomics).any(axis=1).sum())
+                                        for name, s in (("training", train), ("held-out", heldout),
+                                                        ("synthetic", synthetic))}}
+    for key, other in (("dominant", synthetic), ("floor_dominant", heldout)):
+        try:
+            out[key] = dominant_features(train.radiomics, other.radiomics, names)
+        except ValueError as e:  # too few volumes with features: FRD is left out (_frd)
+            out[key], out["not_computed"] = None, str(e)
+    return out
 
 
 def summary_lines(f: dict) -> list[str]:

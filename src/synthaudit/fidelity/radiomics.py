@@ -85,40 +85,57 @@ def features_of(path: str | Path, ex=None) -> dict[str, float]:
 _WORKER: dict = {}
 
 
-def _in_worker(path: str) -> dict[str, float]:
+def _safe_features(path: str, ex) -> tuple[dict[str, float] | None, str | None]:
+    """One volume's features, or why PyRadiomics could not compute them (a constant volume: its
+    z-scoring divides by 0 and the binning fails)."""
+    try:
+        return features_of(path, ex), None
+    except (ValueError, RuntimeError, ZeroDivisionError, FloatingPointError) as e:
+        return None, f"{path}: {type(e).__name__}: {e}"
+
+
+def _in_worker(path: str) -> tuple[dict[str, float] | None, str | None]:
     if "ex" not in _WORKER:
         _WORKER["ex"] = extractor()
-    return features_of(path, _WORKER["ex"])
+    return _safe_features(path, _WORKER["ex"])
 
 
-def extract_many(paths: Sequence[str | Path], workers: int = 1,
-                 progress: Callable[[int], None] | None = None) -> tuple[list[str], np.ndarray]:
+def extract_many(paths: Sequence[str | Path], workers: int = 1, progress: Callable[[int], None] | None = None,
+                 warn: Callable[[str], None] | None = None) -> tuple[list[str], np.ndarray]:
     """``(names, (n, d) features)`` of every volume, in the order given (``workers`` processes;
-    each volume's numbers do not depend on how many)."""
+    each volume's numbers do not depend on how many). A volume PyRadiomics cannot describe (a
+    constant one) gets a row of NaN, which FRD leaves out as frd-score does, and ``warn`` names it."""
     paths = [str(p) for p in paths]
-    rows: list[dict[str, float]] = []
+    results: list[tuple[dict[str, float] | None, str | None]] = []
     if workers <= 1 or len(paths) <= 1:
         ex = extractor()
         for k, p in enumerate(paths):
-            rows.append(features_of(p, ex))
+            results.append(_safe_features(p, ex))
             if progress:
                 progress(k + 1)
     else:
         import multiprocessing as mp
 
         with mp.get_context("fork").Pool(min(workers, len(paths))) as pool:
-            for k, row in enumerate(pool.imap(_in_worker, paths)):
-                rows.append(row)
+            for k, got in enumerate(pool.imap(_in_worker, paths)):
+                results.append(got)
                 if progress:
                     progress(k + 1)
-    if not rows:
+    if not results:
         return [], np.zeros((0, 0))
-    names = list(rows[0])
-    for p, row in zip(paths, rows):
+    done = [(p, row) for p, (row, _) in zip(paths, results) if row is not None]
+    failed = [why for _, why in results if why is not None]
+    if not done:
+        raise ValueError(f"PyRadiomics described none of the {len(paths)} volume(s); the first: {failed[0]}")
+    for why in failed:
+        (warn or (lambda m: None))(f"left out of FRD (no PyRadiomics features): {why}")
+    first, names = done[0][0], list(done[0][1])
+    for p, row in done:
         if list(row) != names:
-            raise ValueError(f"{p}: PyRadiomics gave other features than for {paths[0]} "
+            raise ValueError(f"{p}: PyRadiomics gave other features than for {first} "
                              f"({len(row)} against {len(names)}): the volumes differ in kind")
-    return names, np.array([[row[n] for n in names] for row in rows], np.float64)
+    nan = [float("nan")] * len(names)
+    return names, np.array([[row[n] for n in names] if row is not None else nan for row, _ in results], np.float64)
 
 
 def _normalised(reference: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
