@@ -5,6 +5,8 @@ from __future__ import annotations
 import importlib.util
 import json
 
+import pytest
+
 from workflow_helpers import ROOT
 
 spec = importlib.util.spec_from_file_location("blur_table", ROOT / "bench/real_anatomy/blur_table.py")
@@ -36,3 +38,18 @@ def test_the_table_gives_both_nulls_per_blur_with_the_fit():
     assert "| 0.6 | 4 → 1 |" in table
     assert "| 0.6 | 0.54 / 0.019 | as they are | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 1.00 | 11/28 | 0.607 | 1/20 |" in table
     assert "| 0.6 | 0.54 / 0.019 | matched | 4/4 | 4/4 | 4/4 | 4/4 | 4/4 | 1.00 | 1/28 | 0.964 | 1/20 |" in table
+
+
+def test_the_fidelity_pages_degradation_table_equals_the_committed_benchmark_json():
+    fspec = importlib.util.spec_from_file_location("fidelity_table", ROOT / "bench/real_anatomy/fidelity_table.py")
+    fidelity_table = importlib.util.module_from_spec(fspec)
+    fspec.loader.exec_module(fidelity_table)
+    assert fidelity_table.doc(write=False) == 0, (
+        f"{fidelity_table.PAGE}'s table differs from {fidelity_table.RESULT}: run "
+        "`.venv/bin/python bench/real_anatomy/fidelity_table.py doc --write`")
+    res = json.loads((ROOT / fidelity_table.RESULT).read_text())
+    # what the page says of it: the held-out scans at the floor, authenticity falling with the copies
+    held = res["sets"]["held-out scans"]["measures"]
+    assert held["frechet_distance"]["value"] == pytest.approx(res["floor"]["frechet_distance"]["value"])
+    shares = [res["sets"][f"{p} % copies"]["measures"]["authenticity"]["value"] for p in (5, 10, 20)]
+    assert shares == sorted(shares, reverse=True) and shares[0] < held["authenticity"]["value"]
