@@ -125,3 +125,16 @@ def test_the_card_names_every_input_by_hash_and_verify_card_finds_one_changed_fi
     assert main(["verify-card", str(ws / "results/audit_card.json"), str(tmp_path / "in/synthetic")]) == 1
     out = capsys.readouterr().out
     assert "CHANGED" in out and "gen1.nii.gz" in out and "2 of 3 volume(s) match" in out
+
+
+def test_privacy_flags_without_a_sample_count_are_missing_not_a_crash(tmp_path):
+    # the tiny demo's generator set: filters judged it, but no metrics file gave its number of samples
+    root = _audit(tmp_path / "ws")
+    (root / "results/metrics/fidelity.json").unlink()
+    checks = gate.evaluate(root, gate.load_policy())
+    flag = [c for c in checks if c.rule == "privacy_flag_rate"]
+    assert [c.verdict for c in flag] == ["not applicable"] and "number of samples" in flag[0].why
+    (root / "results/relict/audit/ranking_rmse.tsv").write_text("synthetic_id\trank\n" + "".join(
+        f"s{k}\t{k}\n" for k in range(40)))
+    flag = [c for c in gate.evaluate(root, gate.load_policy()) if c.rule == "privacy_flag_rate"]
+    assert flag[0].verdict == "pass" and flag[0].ci[1] < 0.15  # 0 of 40 flagged: its interval below the limit

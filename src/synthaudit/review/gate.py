@@ -142,7 +142,9 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
                       for space, e in spaces.items() if isinstance(e, dict) and d in (e.get("synthetic") or {})]
             n = (fidelity.get(d) or {}).get("n_synthetic") or _n_synthetic(root, d)
             if not judged or not n:
-                missing(d, "privacy_flag_rate", limit, "re-identification filters' verdict on this set")
+                missing(d, "privacy_flag_rate", limit, "re-identification filters' verdict on this set"
+                        + ("" if n else " (or its number of samples)"))
+                judged = []
             for owner, space, e in judged:
                 v = float(e["flag_rate"])
                 ci = clopper_pearson(round(v * n), n, r["level"])
@@ -172,10 +174,14 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
 
 
 def _n_synthetic(root: Path, dataset: str) -> int | None:
-    for name in ("relict",):
-        for e in (_read(root, name).get(dataset) or {}).values():
-            if isinstance(e, dict) and e.get("n_synthetic"):
-                return int(e["n_synthetic"])
+    """The set's number of samples: from its metrics, else the rows of a ranking (every sample ranked)."""
+    for e in (_read(root, "relict").get(dataset) or {}).values():
+        if isinstance(e, dict) and e.get("n_synthetic"):
+            return int(e["n_synthetic"])
+    for path in sorted((root / "results" / "relict" / dataset).glob("ranking_*.tsv")):
+        from ..io import read_tsv
+
+        return len(read_tsv(path)) or None
     return None
 
 
