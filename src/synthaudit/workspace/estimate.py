@@ -71,8 +71,9 @@ LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job hold
 
 
 # FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
-# classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; measured on the
-# 2-core machine, one process (bench/fidelity/radiomics_cost.py: results/bench/radiomics_cost.json)
+# classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; fitted to one-off
+# timings in one process on the 2-core machine while it ran other work (a demo NCCT volume, 0.91 M voxels
+# at 2 mm: 21.7 s; a TOF slab: 3.1 s), so on the high side; bench/fidelity/radiomics_cost.py measures them
 RADIOMICS_SECONDS_FIXED = 1.5
 
 
