@@ -3,19 +3,11 @@ and checked against the shapes the network expects."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-
-def file_sha256(path: str | Path) -> str:
-    """SHA-256 of a file: the identity of a weight file in every output's provenance."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    return digest.hexdigest()
+from ..io import file_sha256  # noqa: F401 - the identity of a weight file in every output's provenance
 
 
 def read_state_dict(path: str | Path) -> dict[str, Any]:

@@ -127,8 +127,8 @@ def extract_many(paths: Sequence[str | Path], workers: int = 1, progress: Callab
     failed = [why for _, why in results if why is not None]
     if not done:
         raise ValueError(f"PyRadiomics described none of the {len(paths)} volume(s); the first: {failed[0]}")
-    for why in failed:
-        (warn or (lambda m: None))(f"left out of FRD (no PyRadiomics features): {why}")
+    for why in failed if warn else []:
+        warn(f"left out of FRD (no PyRadiomics features): {why}")
     first, names = done[0][0], list(done[0][1])
     for p, row in done:
         if list(row) != names:

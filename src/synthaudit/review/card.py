@@ -11,21 +11,14 @@ they hold is what was audited, file by file.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 from pathlib import Path
 
 import yaml
 
+from ..io import file_sha256 as sha256
+
 VOLUME_SUFFIXES = (".nii.gz", ".nii")
-
-
-def sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _manifest(root: Path) -> dict[str, list[dict]]:
