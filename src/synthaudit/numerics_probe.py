@@ -210,10 +210,30 @@ def stage_encoder() -> str:
     return _digest(*out)
 
 
+def stage_radiomics() -> str:
+    """FRD's PyRadiomics features (SimpleITK's normalisation and B-spline resampling, PyWavelets,
+    PyRadiomics' C texture matrices, numpy's reductions) of one small volume."""
+    import tempfile
+    from pathlib import Path
+
+    import numpy as np
+    import SimpleITK as sitk
+
+    from .fidelity.radiomics import features_of
+
+    image = sitk.GetImageFromArray(_volumes(1, (20, 20, 20), seed=15)[0] * 1000.0)
+    image.SetSpacing((2.5, 2.5, 2.5))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "volume.nii.gz"
+        sitk.WriteImage(image, str(path))
+        feats = features_of(path)
+    return _digest(np.array(list(feats)), np.array(list(feats.values()), np.float64))
+
+
 STAGES: dict[str, Callable[[], str]] = {
     "numpy": stage_numpy, "sort": stage_sort, "blas": stage_blas, "scipy": stage_scipy,
     "registration": stage_registration, "numba": stage_numba, "unet": stage_unet, "filter": stage_filter,
-    "cvae": stage_cvae, "ldm": stage_ldm, "encoder": stage_encoder,
+    "cvae": stage_cvae, "ldm": stage_ldm, "encoder": stage_encoder, "radiomics": stage_radiomics,
 }
 
 

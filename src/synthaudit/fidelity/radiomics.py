@@ -69,7 +69,16 @@ def features_of(path: str | Path, ex=None) -> dict[str, float]:
     ones[0, 0, 0] = 0  # a mask of the whole image trips PyRadiomics (issue 765): frd-score clears a corner
     mask = sitk.GetImageFromArray(ones)
     mask.CopyInformation(image)
-    out = (ex or extractor()).execute(image, mask)
+    # ITK splits its filters' work (the normalisation's statistics, the resampling) over threads
+    # whose number changes the last bits of ~half the features (478 of 1,014 between 1 and 2
+    # threads on the demo's CT): one thread makes them the same on every machine; parallelism is
+    # across volumes (extract_many's workers)
+    threads = sitk.ProcessObject.GetGlobalDefaultNumberOfThreads()
+    sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(1)
+    try:
+        out = (ex or extractor()).execute(image, mask)
+    finally:
+        sitk.ProcessObject.SetGlobalDefaultNumberOfThreads(threads)
     feats: dict[str, float] = {}
     for name, value in out.items():
         if "diagnostics" not in name:
