@@ -131,8 +131,11 @@ def test_local_level_on_with_held_out_scans_when_its_volumes_fit_in_memory(tmp_p
     plan = write_workspace(tmp_path / "with", inp, progress=lambda m: None)
     p = _params(tmp_path / "with")
     assert p["relict"]["local"]["enabled"] is True and plan["derived"]["local_on"] is True
-    # 3 synthetic + 4 held-out + 4 x 3 controls, twice, float32, on the 12 x 14 x 10 grid
-    assert plan["derived"]["local_memory_gb"] == pytest.approx((3 + 4 + 12) * 2 * 4 * 12 * 14 * 10 / 2 ** 30)
+    # 3 synthetic + 4 held-out + 4 x 3 controls, twice, float32, on the 12 x 14 x 10 grid, and their
+    # n closest distances in the one 18 mm block the 1.5 mm grid holds (cells of 6, 6, 5 voxels)
+    n = plan["derived"]["n_closest"]
+    assert n == 6
+    assert plan["derived"]["local_memory_gb"] == pytest.approx((3 + 4 + 12) * 4 * (2 * 12 * 14 * 10 + n * 1) / 2 ** 30)
     assert "on (init): regions copied into new volumes" in (tmp_path / "with/params.yaml").read_text()
     monkeypatch.setattr(ws.estimate, "LOCAL_MEMORY_GB", 1e-9)
     write_workspace(tmp_path / "big", inp, progress=lambda m: None)

@@ -64,6 +64,41 @@ def test_block_ratio_is_relicts_ratio_block_by_block():
     np.testing.assert_array_equal(zero.ratio, 1.0)  # 0 / 0: nothing to tell
 
 
+@pytest.mark.parametrize("n_closest", [1, 3, 6, 9])
+def test_streamed_nearest_blocks_give_the_whole_arrays_ratio_bits(n_closest):
+    # distances on a coarse lattice: many ties, which the first training volume must win as argmin's
+    rng = np.random.default_rng(7)
+    d = (rng.integers(1, 6, size=(4, 6, 5)) * 0.25).astype(np.float32)
+    d[0, :, 0] = 0.0  # 0 / 0: nothing to tell
+    stream = local.NearestBlocks(n_closest)
+    for j in range(d.shape[1]):
+        stream.add(d[:, j])
+    got, want = stream.ratios(), local.block_ratios(d, n_closest)
+    assert got.n_used == want.n_used == min(n_closest, 6)
+    np.testing.assert_array_equal(got.ratio, want.ratio)
+    np.testing.assert_array_equal(got.closest, want.closest)
+    np.testing.assert_array_equal(got.closest, d.argmin(axis=1))
+    for b in range(5):  # RELICT's ratio, block by block, from the whole column
+        col = np.sort(d[:, :, b].astype(np.float64), axis=1)
+        np.testing.assert_allclose(got.ratio[1:, b], col[1:, 0] / col[1:, :min(n_closest, 6)].mean(axis=1))
+    assert got.ratio[0, 0] == 1.0
+    with pytest.raises(ValueError, match="shape"):
+        stream.add(d[:, 0, :3])
+    with pytest.raises(ValueError, match="no training volumes"):
+        local.NearestBlocks(2).ratios()
+
+
+def test_the_streamed_columns_are_the_whole_arrays_columns():
+    rng = np.random.default_rng(8)
+    g = local.BlockGrid.from_mm((12, 10, 8), (1.0, 1.0, 1.0), 4.0)
+    syn, train = rng.normal(size=(3, 12, 10, 8)), rng.normal(size=(5, 12, 10, 8))
+    whole = local.all_pairs_block_distances(syn, train, g, "block_mae")
+    seen = []
+    cols = list(local.block_distance_columns(syn, iter(train), g, "block_mae", progress=seen.append))
+    np.testing.assert_array_equal(np.stack(cols, axis=1), whole)
+    assert seen == [1, 2, 3, 4, 5]
+
+
 def _head(rng, shape=(36, 36, 36)):
     """A smooth random 'anatomy' inside a sphere, air (0) outside."""
     x = gaussian_filter(rng.normal(size=shape), 2.0) * 8 + 1.0

@@ -34,6 +34,7 @@ import json
 import logging
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import nibabel as nib
@@ -206,11 +207,15 @@ def main(argv=None) -> int:
     settings = local_audit.LocalSettings.from_config(params["local"], int(params["n_closest"]),
                                                      float(params["calibration"]["rate"]))
     start = time.perf_counter()
+    tracemalloc.start()  # numpy reports its arrays to it: the level's own peak, beyond the cohort in memory
     result = local_audit.run(cohort, settings, threads=args.threads, log=log)
+    peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
     seconds = time.perf_counter() - start
     s = result.summary
     ctl = s["controls"]
     out = {"cohort": args.cohort, "about": c["about"], "placement": args.placement, "seconds": round(seconds, 1),
+           "peak_mib": round(peak_mib, 1),
            "settings": {k: v for k, v in s["settings"].items()},
            "heldout_called": f"{s['heldout_called_leave_patient_out']} of {s['n_heldout']}",
            "new_patients_called": f"{s['n_called']} of {s['n_synthetic']}",
@@ -233,8 +238,8 @@ def main(argv=None) -> int:
                  e["median_region_contrast"] or np.nan, e["median_distinctiveness"] or np.nan,
                  e["median_region_block_score"] or np.nan, e["median_null_cutoff"] or np.nan,
                  e["donor_closest_at_region"] or np.nan)
-    log.info("held-out called %s, new patients called %s; %.0f s", out["heldout_called"], out["new_patients_called"],
-             seconds)
+    log.info("held-out called %s, new patients called %s; %.0f s, peak %.0f MiB", out["heldout_called"],
+             out["new_patients_called"], seconds, peak_mib)
     return 0
 
 

@@ -26,7 +26,7 @@ voxels differ from the training volumes' background in the training mean.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -174,25 +174,31 @@ def all_pairs_block_distances(synthetic: np.ndarray, training: Iterable[np.ndarr
     one pass over the voxels per pair, both sums at once) into block values. ``blocks``: a
     boolean mask of the blocks to keep (B = its count); None: all.
     """
+    columns = list(block_distance_columns(synthetic, training, grid, measure, blocks, progress))
+    if not columns:
+        raise ValueError("no training volumes")
+    return np.stack(columns, axis=1)
+
+
+def block_distance_columns(synthetic: np.ndarray, training: Iterable[np.ndarray], grid: BlockGrid,
+                           measure: str = "block_mse", blocks: np.ndarray | None = None,
+                           progress: Callable[[int], None] | None = None) -> Iterator[np.ndarray]:
+    """:func:`all_pairs_block_distances` one training volume at a time: (S, B) float32 each."""
     if measure not in LOCAL_MEASURES:
         raise ValueError(f"local measure {measure!r}: choose one of {list(LOCAL_MEASURES)}")
     function = registry.implementation(measure, globals(), __name__)
     syn = np.ascontiguousarray(synthetic, np.float32)
     if syn.ndim != 4 or syn.shape[1:] != grid.shape:
         raise ValueError(f"synthetic volumes of shape {syn.shape}; the block grid is {grid.shape}")
-    columns = []
     for j, t in enumerate(training):
         t = np.ascontiguousarray(t, np.float32)
         if t.shape != grid.shape:
             raise ValueError(f"training volume {j} has shape {t.shape}; the block grid is {grid.shape}")
         abs_c, sq_c = cell_error_sums(syn, t[None], grid.cell)
         b = function(abs_c[:, 0], sq_c[:, 0], grid)
-        columns.append((b if blocks is None else b[:, blocks]).astype(np.float32))
+        yield (b if blocks is None else b[:, blocks]).astype(np.float32)
         if progress is not None:
             progress(j + 1)
-    if not columns:
-        raise ValueError("no training volumes")
-    return np.stack(columns, axis=1)
 
 
 def cell_error_sums(synthetic: np.ndarray, training: np.ndarray, cell: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
@@ -264,21 +270,77 @@ class BlockRatios:
     n_used: int
 
 
+def _ratio_of(nearest: np.ndarray, closest: np.ndarray, n_used: int) -> BlockRatios:
+    """The ratio from the ``n_used`` smallest distances per (query, block) along axis 1, in any
+    order: sorted before they are summed, so that the batch and the streamed paths (and any
+    order of the training volumes' ties) give the same bits."""
+    top = np.sort(np.asarray(nearest, np.float64), axis=1)
+    best, mean_n = top[:, 0, :], top.mean(axis=1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ratio = np.where(mean_n > 0, best / mean_n, 1.0)
+    return BlockRatios(ratio, closest, n_used)
+
+
+def _n_used(n_closest: int, n_train: int) -> int:
+    if int(n_closest) < 1:
+        raise ValueError(f"n_closest must be >= 1, got {n_closest}")
+    return min(int(n_closest), n_train)
+
+
 def block_ratios(distances: np.ndarray, n_closest: int) -> BlockRatios:
     """Per block, over the training axis of (S, T, B) distances (0 / 0 counts as 1: nothing to tell)."""
     d = np.asarray(distances, np.float64)
     if d.ndim != 3:
         raise ValueError(f"block distances must be (synthetic, training, blocks), got shape {d.shape}")
-    n_used = min(int(n_closest), d.shape[1])
-    if n_used < 1:
-        raise ValueError(f"n_closest must be >= 1, got {n_closest}")
+    n_used = _n_used(n_closest, d.shape[1])
     part = np.partition(d, n_used - 1, axis=1)[:, :n_used, :] if n_used < d.shape[1] else d
-    mean_n = part.mean(axis=1)
-    closest = d.argmin(axis=1)
-    best = np.take_along_axis(d, closest[:, None, :], axis=1)[:, 0, :]
-    with np.errstate(invalid="ignore", divide="ignore"):
-        ratio = np.where(mean_n > 0, best / mean_n, 1.0)
-    return BlockRatios(ratio, closest, n_used)
+    return _ratio_of(part, d.argmin(axis=1), n_used)
+
+
+class NearestBlocks:
+    """:func:`block_ratios` over a stream of training columns, without the (S, T, B) array.
+
+    Why: the whole array is queries x training x blocks; at RELICT's 1 mm with 774 training
+    scans and 12 mm blocks it is ~7 GB, so the block size users could afford was set by memory,
+    not by the regions they need to find. Only the n smallest distances per (query, block) and
+    the first training index of the smallest are kept: (S, n, B) float32, the same ratio bits as
+    :func:`block_ratios` on the whole array.
+    """
+
+    def __init__(self, n_closest: int):
+        self.n_closest = _n_used(n_closest, int(n_closest))  # checked here, clamped to the training count at the end
+        self.nearest: np.ndarray | None = None  # (S, m, B), m <= n_closest, unordered along axis 1
+        self.best: np.ndarray | None = None
+        self.closest: np.ndarray | None = None
+        self.n_seen = 0
+
+    def add(self, column: np.ndarray) -> None:
+        """The next training volume's (S, B) block distances."""
+        col = np.asarray(column, np.float32)
+        if self.nearest is None:
+            self.nearest = col[:, None, :].copy()
+            self.best, self.closest = col.copy(), np.zeros(col.shape, np.int64)
+        else:
+            if col.shape != self.best.shape:
+                raise ValueError(f"training column {self.n_seen}: block distances of shape {col.shape}, "
+                                 f"the earlier ones {self.best.shape}")
+            closer = col < self.best  # strictly: the first of tied training volumes stays, as argmin keeps it
+            self.closest[closer] = self.n_seen
+            np.minimum(self.best, col, out=self.best)
+            if self.nearest.shape[1] < self.n_closest:
+                self.nearest = np.concatenate([self.nearest, col[:, None, :]], axis=1)
+            else:  # the column replaces the largest of the n kept where it is smaller
+                worst = self.nearest.argmax(axis=1)[:, None, :]
+                kept = np.take_along_axis(self.nearest, worst, axis=1)
+                replace = col[:, None, :] < kept
+                if replace.any():
+                    np.put_along_axis(self.nearest, worst, np.where(replace, col[:, None, :], kept), axis=1)
+        self.n_seen += 1
+
+    def ratios(self) -> BlockRatios:
+        if self.nearest is None:
+            raise ValueError("no training volumes")
+        return _ratio_of(self.nearest, self.closest, _n_used(self.n_closest, self.n_seen))
 
 
 def standardise_blocks(ratio: np.ndarray, reference: np.ndarray) -> np.ndarray:

@@ -250,10 +250,15 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
                                                            threads=int(threads), device="cpu")["rmse"][:, 0])
             yield smoothed(t)
 
-    d = local.all_pairs_block_distances(queries, training_stream(), grid, settings.measure, keep, progress=progress)
+    # the n closest per block, streamed: never the (queries x training x blocks) array
+    nearest = local.NearestBlocks(settings.n_closest)
+    for column in local.block_distance_columns(queries, training_stream(), grid, settings.measure, keep,
+                                               progress=progress):
+        nearest.add(column)
     del queries
     valid = local.volume_blocks(grid, queries_raw, background, data_range, keep, ceiling=ceiling)
-    ratios = local.block_ratios(d, settings.n_closest)
+    ratios = nearest.ratios()
+    del nearest
 
     def rows_of(lo, hi):
         return local.BlockRatios(ratios.ratio[lo:hi], ratios.closest[lo:hi], ratios.n_used)
@@ -299,8 +304,8 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
         result.control_state = dict(score=c_score, block=c_block, closest=c_closest, z=c_z, calls=c_calls, lo=lo)
         w = np.stack(whole_cols, axis=1)  # (held-out + controls, training): whole-volume RMSE
         noise_s = noise_sd * smoothed_noise_factor(sigma)
-        diag = _control_diagnostics(controls, ctl_info, d[lo:], ratios.ratio[lo:], c_z, valid[lo:], grid, kept,
-                                    cohort, null, rate, noise_s, settings.n_closest)
+        diag = _control_diagnostics(controls, ctl_info, ratios.closest[lo:], ratios.ratio[lo:], c_z, valid[lo:],
+                                    grid, kept, cohort, null, rate, noise_s, settings.n_closest)
         result.controls, ctl_summary = _control_report(cohort, settings, controls, recipients, c_score, c_block,
                                                        c_closest, c_calls, w, grid, kept, null, diag, n_held)
         ctl_summary.update(noise_sd=noise_sd, noise_source=noise_source, noise_sd_smoothed=noise_s)
@@ -355,7 +360,7 @@ def _call_rows(cohort, grid, kept, order, score, block, closest, calls, valid) -
     return rows
 
 
-def _control_diagnostics(controls, info, d, ratio, z, valid, grid, kept, cohort, null, rate, noise_s,
+def _control_diagnostics(controls, info, closest, ratio, z, valid, grid, kept, cohort, null, rate, noise_s,
                          n_closest) -> list[dict]:
     """Per control: the block covering its region (the kept block overlapping the pasted cube
     most), its score and raw ratio there, whether the donor's patient is that block's closest
@@ -373,10 +378,9 @@ def _control_diagnostics(controls, info, d, ratio, z, valid, grid, kept, cohort,
         if j is None:
             row.update(region_block_score=float("nan"), region_block_ratio=float("nan"), region_donor_closest=0)
         else:
-            col = d[k, :, j]
             row.update(region_block_score=float(z[k, j]) if valid[k, j] else float("nan"),
                        region_block_ratio=float(ratio[k, j]),
-                       region_donor_closest=int(patients[int(np.argmin(col))] == patients[c.donor]))
+                       region_donor_closest=int(patients[int(closest[k, j])] == patients[c.donor]))
         cut = calibration.threshold(np.delete(null.scores, c.recipient), rate)
         row["null_cutoff"] = float("nan") if cut is None else cut
         out.append(row)
@@ -483,8 +487,8 @@ def control_reasons(by_size: dict, rate: float) -> dict[str, str]:
     block (the region's anatomy is shared by other patients); or it is, but the held-out scans'
     own lowest blocks go as low (the null is wide). Where the cubes cover less than
     :data:`COVERED` of their best block, that is said beside it, not given as the cause: 12 mm
-    blocks, which 20 mm cubes cover whole, found no more 20 mm controls on the real-anatomy
-    cohorts than 18 mm blocks (docs/local_replicas.md)."""
+    blocks, which 20 mm cubes cover whole, found at most a fifth of the 20 mm controls placed by
+    information content on the real-anatomy cohorts (docs/local_replicas.md)."""
     out = {}
     for size, e in by_size.items():
         if e["sensitivity"] >= EXPLAIN_BELOW:

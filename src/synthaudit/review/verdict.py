@@ -92,9 +92,9 @@ def local_verdict(folder: Path) -> dict:
 
 def local_lines(loc: dict) -> list[str]:
     """A verdict's "local copies" lines: what was called, where, and what the controls found."""
-    head = (f"  local copies (relict.local, blocks of {loc['block_mm']:g} mm): {loc['n_called']} of "
-            f"{loc['n_synthetic']} volumes hold a block called a copy at rate {loc['rate']:g}; "
-            f"{loc['heldout_called']} of {loc['n_heldout']} held-out scans called when left out")
+    head = (f"  local copies (relict.local, blocks of {loc['block_mm']:g} mm, {loc.get('n_anatomy_blocks')} with "
+            f"anatomy tested): {loc['n_called']} of {loc['n_synthetic']} volumes hold a block called a copy at rate "
+            f"{loc['rate']:g}; {loc['heldout_called']} of {loc['n_heldout']} held-out scans called when left out")
     if not loc.get("n_anatomy_blocks"):
         return [f"  local copies (relict.local): no block of {loc['block_mm']:g} mm holds anatomy in half its voxels "
                 "(sparse images such as angiograms): nothing tested"]

@@ -132,10 +132,14 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
     seconds = ((pairs + RECALL_CHECK_COST * check_pairs) * SECONDS_PER_ALIGNED_PAIR_1MM
                + (n_synthetic + n_heldout) * (k_ranked - k) * SECONDS_PER_RANKED_PAIR_1MM) * scale
-    # the local level holds every synthetic, held-out and control volume twice (raw and smoothed)
+    # the local level holds every synthetic, held-out and control volume twice (raw and smoothed), and
+    # the n closest training distances per volume and block (streamed: not the whole training axis)
+    from ..relict.local import BlockGrid
+
     local_cfg = _repo_params()["relict"]["local"]
-    n_controls = n_heldout * len(local_cfg["controls"]["sizes_mm"])
-    local_gb = (n_synthetic + n_heldout + n_controls) * 2 * 4 * float(np.prod(shape)) / 2 ** 30
+    n_queries = n_synthetic + n_heldout + n_heldout * len(local_cfg["controls"]["sizes_mm"])
+    n_blocks = BlockGrid.from_mm(shape, spacing, float(local_cfg["block_mm"]), clamp=True).n_blocks
+    local_gb = n_queries * 4 * (2 * float(np.prod(shape)) + max(n, 1) * n_blocks) / 2 ** 30
     # FRD (fidelity.frd): every training, held-out and synthetic volume once, in the rule's 2 processes
     frd_hours = (n_train + n_heldout + n_synthetic) * radiomics_seconds(shape, spacing) / 2 / 3600
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,

@@ -1,0 +1,71 @@
+"""The local level's block size on real anatomy: one table from local_controls_check.py's runs.
+
+Why: the block size trades the regions the level can find against the number of blocks the
+max-statistic calibration has to correct for; relict.local.block_mm's default is chosen from
+this table (docs/local_replicas.md), so the table is written from the runs, not typed.
+
+    python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas.md \
+        results/bench/local_controls_ct_b18.json results/bench/local_controls_ct.json ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from local_controls_check import write_doc  # noqa: E402
+
+COHORT = {"ct": "head CT (HU)", "mri": "real-anatomy MRI"}
+
+
+def _cohort(r: dict) -> str:
+    twice = r.get("noise_source", "").startswith("rescan")  # the held-out patients were scanned twice
+    return COHORT.get(r["cohort"], r["cohort"]) + (", held-out patients scanned twice" if twice else "")
+
+
+def _f(x) -> str:
+    return "NA" if x is None else f"{x:.2f}"
+
+
+def table(runs: list[dict]) -> str:
+    """One row per run: cohort, block, the controls called per size (its most distinctive third in
+    brackets), held-out scans and new patients called, the level's time (on shared cores: compare
+    within a row's cohort only) and peak memory."""
+    sizes = sorted({s for r in runs for s in r["by_size_mm"]}, key=float)
+    lines = ["| cohort | block | " + " | ".join(f"{s} mm (distinctive third)" for s in sizes)
+             + " | held-out called | new patients called | seconds | peak MiB |",
+             "|---|---|" + "---|" * len(sizes) + "---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (_cohort(r), float(r["settings"]["block_mm"]))):
+        cells = []
+        for s in sizes:
+            e = r["by_size_mm"].get(s)
+            cells.append("" if e is None else f"{_f(e['sensitivity'])} ({_f(e['by_distinctiveness']['high'])})")
+        lines.append(f"| {_cohort(r)} | {float(r['settings']['block_mm']):g} mm | "
+                     + " | ".join(cells) + f" | {r['heldout_called']} | {r['new_patients_called']} | "
+                     f"{r['seconds']:.0f} | {'NA' if r.get('peak_mib') is None else format(r['peak_mib'], '.0f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("runs", nargs="+", type=Path, help="local_controls_check.py --out files")
+    ap.add_argument("--doc", type=Path, help="write the table between <!-- local-block-sizes begin/end --> here")
+    args = ap.parse_args(argv)
+    runs = []
+    for p in args.runs:
+        r = json.loads(p.read_text())
+        if r.get("placement") != "informative":
+            raise SystemExit(f"{p}: placement {r.get('placement')!r}; the table compares block sizes at the default placement")
+        runs.append(r)
+    text = table(runs)
+    if args.doc:
+        write_doc(args.doc, "local-block-sizes", text)
+    print(text, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
