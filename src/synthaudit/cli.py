@@ -191,6 +191,12 @@ def _verify_card(args) -> int:
     return status
 
 
+def _convert_dicom(argv) -> int:
+    from .dicom import main as convert_dicom
+
+    return convert_dicom(argv)
+
+
 def _f(v) -> str:
     return "NA" if v is None else f"{v:.3f}"
 
@@ -236,5 +242,11 @@ def main(argv=None) -> int:
     vc.add_argument("card", help="an audit_card.json")
     vc.add_argument("folder", help="the folder of volumes you hold")
     vc.set_defaults(func=_verify_card)
+    dc = sub.add_parser("convert-dicom", help="DICOM series to NIfTI for init (one volume per series folder, "
+                        "checked; OUT/patients.tsv from PatientID)")
+    dc.add_argument("folder", help="a folder of series folders (one series each), or one series folder")
+    dc.add_argument("out", help="the folder for the NIfTI files (then: synthaudit init --training OUT "
+                                "--patient-ids OUT/patients.tsv ...)")
+    dc.set_defaults(func=lambda a: _convert_dicom([a.folder, a.out]))
     args = ap.parse_args(argv)
     return args.func(args)

@@ -64,12 +64,27 @@ def nifti_files(folder: Path, what: str) -> dict[str, Path]:
             raise WorkspaceError(f"{folder}: {files[i].name} and {p.name} give the same id {i!r}")
         files[i] = p.resolve()
     if not files:
-        raise WorkspaceError(f"{folder}: no NIfTI files (*.nii, *.nii.gz) in the {what} folder")
+        raise WorkspaceError(f"{folder}: no NIfTI files (*.nii, *.nii.gz) in the {what} folder" + _dicom_hint(folder))
     bad = [problem for problem in map(unreadable, files.values()) if problem]
     if bad:
         raise WorkspaceError(f"{len(bad)} unreadable file(s) in the {what} folder:\n  " + "\n  ".join(bad[:20])
                              + (f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""))
     return files
+
+
+def _dicom_hint(folder: Path) -> str:
+    """What to do where the folder holds DICOM series instead (issue 48)."""
+    from ..dicom import series_folders
+
+    try:
+        found = series_folders(folder)
+    except (OSError, RuntimeError):
+        return ""
+    if not found:
+        return ""
+    return (f"; it holds {len(found)} DICOM series: convert them first with `synthaudit convert-dicom {folder} OUT` "
+            "(one NIfTI per series folder, checked, and OUT/patients.tsv from their PatientID for --patient-ids), "
+            "or with dcm2niix")
 
 
 def unreadable(path: Path) -> str | None:

@@ -1,0 +1,147 @@
+"""DICOM series read as one volume or refused with the folder and the reason (issue 48), on series
+the tests write with SimpleITK: CT slices with positions, orientation, patient and rescale tags."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import SimpleITK as sitk
+
+from synthaudit import dicom
+
+SAGITTAL = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)  # rows along y, columns along z, slices along x
+
+
+def write_series(folder: Path, array_zyx: np.ndarray, spacing=(0.8, 0.7, 2.5), origin=(-100.0, -120.0, 30.0),
+                 direction=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0), patient="P01",
+                 uid="1.2.826.0.1.3680043.2.1125.1.1", intercept=-1024, skip=(), tilt_mm=0.0, name="{k:03d}.dcm"):
+    """One slice per file; SimpleITK stores (value - intercept) / slope, so reading applies the rescale."""
+    folder.mkdir(parents=True, exist_ok=True)
+    img = sitk.GetImageFromArray(array_zyx.astype(np.int16))
+    img.SetSpacing(spacing)
+    img.SetOrigin(origin)
+    img.SetDirection(direction)
+    d = np.array(direction).reshape(3, 3)
+    iop = "\\".join(f"{x:g}" for x in (*d[:, 0], *d[:, 1]))
+    writer = sitk.ImageFileWriter()
+    writer.KeepOriginalImageUIDOn()
+    for k in range(img.GetDepth()):
+        if k in skip:
+            continue
+        s = img[:, :, k]
+        pos = np.array(img.TransformIndexToPhysicalPoint((0, 0, k))) + tilt_mm * k * d[:, 1]
+        for tag, value in [("0008|0060", "CT"), ("0010|0020", patient), ("0020|000e", uid), ("0020|000d", uid + ".0"),
+                           ("0020|0037", iop), ("0020|0032", "\\".join(f"{x:.6f}" for x in pos)),
+                           ("0020|0013", str(k + 1)), ("0008|0016", "1.2.840.10008.5.1.4.1.1.2"),
+                           ("0008|0018", f"{uid}.{k + 1}"), ("0028|1052", str(intercept)), ("0028|1053", "1")]:
+            s.SetMetaData(tag, value)
+        writer.SetFileName(str(folder / name.format(k=k)))
+        writer.Execute(s)
+    return folder
+
+
+def _volume(shape=(7, 10, 12), seed=0):
+    return np.random.default_rng(seed).integers(-1000, 1500, size=shape)
+
+
+def _hashes(folder: Path) -> dict:
+    return {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sorted(folder.iterdir())}
+
+
+def test_a_series_converts_to_the_same_voxels_spacing_and_direction_and_only_once(tmp_path):
+    arr = _volume()
+    src = write_series(tmp_path / "in" / "p01_ct", arr, direction=SAGITTAL, patient="PAT-7")
+    before = _hashes(src)
+    out = tmp_path / "ws" / "data" / "converted" / "training" / "p01_ct.nii.gz"
+    record = dicom.convert(src, out)
+    img = sitk.ReadImage(str(out))
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(img), arr)  # to the voxel, the rescale undone
+    assert img.GetSpacing() == pytest.approx((0.8, 0.7, 2.5))
+    assert img.GetOrigin() == pytest.approx((-100.0, -120.0, 30.0), abs=1e-4)
+    assert img.GetDirection() == pytest.approx(SAGITTAL, abs=1e-6)
+    assert record["patient_id"] == "PAT-7" and record["n_files"] == 7 and len(record["sha256"]) == 64
+    assert json.loads(out.with_name("p01_ct.json").read_text())["sha256"] == record["sha256"]
+    assert _hashes(src) == before  # the input is only read
+    written = out.stat().st_mtime_ns
+    assert dicom.convert(src, out)["sha256"] == record["sha256"] and out.stat().st_mtime_ns == written  # not redone
+    # files in another order on disk (names reversed): GDCM sorts by position, the same volume
+    rev = write_series(tmp_path / "in" / "reversed", arr, direction=SAGITTAL, name="{k:03d}.dcm")
+    for p in sorted(rev.iterdir()):
+        p.rename(rev / f"z{99 - int(p.stem):03d}.dcm")
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(dicom.read_series(dicom.find_series(rev))), arr)
+
+
+def test_a_changed_series_is_converted_again(tmp_path):
+    src = write_series(tmp_path / "s", _volume(seed=1))
+    out = tmp_path / "c" / "s.nii.gz"
+    first = dicom.convert(src, out)["sha256"]
+    write_series(src, _volume(seed=2))
+    assert dicom.convert(src, out)["sha256"] != first
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(sitk.ReadImage(str(out))), _volume(seed=2))
+
+
+def test_two_series_in_one_folder_are_refused_naming_the_folder(tmp_path):
+    folder = write_series(tmp_path / "mixed", _volume(), uid="1.2.3.4.1", name="a{k:03d}.dcm")
+    write_series(folder, _volume(), uid="1.2.3.4.2", name="b{k:03d}.dcm")
+    with pytest.raises(dicom.DicomError, match=rf"{folder}: 2 DICOM series in one folder .*a folder of its own"):
+        dicom.find_series(folder)
+
+
+def test_a_missing_slice_is_refused_as_uneven_spacing(tmp_path):
+    folder = write_series(tmp_path / "gap", _volume(), skip=(3,))
+    with pytest.raises(dicom.DicomError, match=rf"{folder}: uneven slice spacing: 5 mm between 002.dcm and 004.dcm "
+                                               r"against 2.5 mm elsewhere \(a missing slice\?\)"):
+        dicom.find_series(folder)
+
+
+def test_gantry_tilt_is_refused(tmp_path):
+    folder = write_series(tmp_path / "tilt", _volume(), tilt_mm=0.4)  # 0.4 mm shear per 2.5 mm slice: 9.1 degrees
+    with pytest.raises(dicom.DicomError, match=rf"{folder}: gantry tilt: the slices are sheared by 9.09 degrees"):
+        dicom.find_series(folder)
+
+
+def test_one_slice_a_multi_frame_file_and_no_dicom_are_refused(tmp_path):
+    one = write_series(tmp_path / "one", _volume(shape=(1, 10, 12)))
+    with pytest.raises(dicom.DicomError, match=rf"{one}: a single slice.*dcm2niix"):
+        dicom.find_series(one)
+    multi = tmp_path / "multi"
+    multi.mkdir()
+    # one file of 7 frames (GDCM writes a 3D image so; unsigned: it refuses signed 3D data)
+    sitk.WriteImage(sitk.GetImageFromArray((_volume() + 1000).astype(np.uint16)), str(multi / "all.dcm"))
+    with pytest.raises(dicom.DicomError, match=rf"{multi}: a multi-frame file \(7 frames\)"):
+        dicom.find_series(multi)
+    text = tmp_path / "notes"
+    text.mkdir()
+    (text / "readme.txt").write_text("not an image")
+    with pytest.raises(dicom.DicomError, match=rf"{text}: no DICOM series"):
+        dicom.find_series(text)
+
+
+def test_convert_dicom_then_init_reads_the_volumes_and_patients(tmp_path, capsys):
+    """The route init's refusal names: a folder of series folders -> synthaudit convert-dicom -> init with
+    --patient-ids; the converted volumes equal the series, the patients are their PatientIDs."""
+    from synthaudit.cli import main
+    from synthaudit.workspace.discover import WorkspaceError, nifti_files
+
+    vols = {f"scan{k}": _volume(seed=10 + k) for k in range(3)}
+    for k, (name, arr) in enumerate(vols.items()):
+        write_series(tmp_path / "train" / name, arr, patient=f"P{k // 2}", uid=f"1.2.3.{k}")
+    with pytest.raises(WorkspaceError, match=r"no NIfTI files .* it holds 3 DICOM series: convert them first with "
+                                             r"`synthaudit convert-dicom"):
+        nifti_files(tmp_path / "train", "training")
+    assert main(["convert-dicom", str(tmp_path / "train"), str(tmp_path / "nifti")]) == 0
+    assert "3 series ->" in capsys.readouterr().out
+    files = nifti_files(tmp_path / "nifti", "training")
+    assert sorted(files) == ["scan0", "scan1", "scan2"]
+    for name, arr in vols.items():
+        np.testing.assert_array_equal(sitk.GetArrayFromImage(sitk.ReadImage(str(files[name]))), arr)
+    assert (tmp_path / "nifti/patients.tsv").read_text() == "id\tpatient_id\nscan0\tP0\nscan1\tP0\nscan2\tP1\n"
+    # a bad series among good ones: refused before anything is written, naming it
+    write_series(tmp_path / "bad" / "ok", _volume())
+    write_series(tmp_path / "bad" / "gappy", _volume(), skip=(2,))
+    assert main(["convert-dicom", str(tmp_path / "bad"), str(tmp_path / "bad_out")]) == 2
+    assert f"{tmp_path / 'bad' / 'gappy'}: uneven slice spacing" in capsys.readouterr().err
+    assert not (tmp_path / "bad_out").exists()
