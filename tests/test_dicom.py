@@ -4,6 +4,7 @@ the tests write with SimpleITK: CT slices with positions, orientation, patient a
 from __future__ import annotations
 
 import json
+import locale
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +16,28 @@ from synthaudit import dicom
 SAGITTAL = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)  # rows along y, columns along z, slices along x
 
 
+@pytest.fixture(autouse=True)
+def _locale_kept():
+    """GDCM's DICOM writer (these tests' series; synthaudit only reads DICOM) sets the process's locale to
+    "C", after which open() decodes as ASCII: every later test in the worker that reads a UTF-8 file failed."""
+    saved = locale.setlocale(locale.LC_ALL)
+    yield
+    locale.setlocale(locale.LC_ALL, saved)
+
+
 def write_series(folder: Path, array_zyx: np.ndarray, spacing=(0.8, 0.7, 2.5), origin=(-100.0, -120.0, 30.0),
                  direction=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0), patient="P01",
                  uid="1.2.826.0.1.3680043.2.1125.1.1", intercept=-1024, skip=(), tilt_mm=0.0, name="{k:03d}.dcm"):
-    """One slice per file; SimpleITK stores (value - intercept) / slope, so reading applies the rescale."""
+    """One slice per file; SimpleITK stores (value - intercept) / slope, so reading applies the rescale.
+    The process's locale is restored after GDCM's writer (see _locale_kept)."""
+    saved = locale.setlocale(locale.LC_ALL)
+    try:
+        return _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, intercept, skip, tilt_mm, name)
+    finally:
+        locale.setlocale(locale.LC_ALL, saved)
+
+
+def _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, intercept, skip, tilt_mm, name):
     folder.mkdir(parents=True, exist_ok=True)
     img = sitk.GetImageFromArray(array_zyx.astype(np.int16))
     img.SetSpacing(spacing)
@@ -145,3 +164,60 @@ def test_convert_dicom_then_init_reads_the_volumes_and_patients(tmp_path, capsys
     assert main(["convert-dicom", str(tmp_path / "bad"), str(tmp_path / "bad_out")]) == 2
     assert f"{tmp_path / 'bad' / 'gappy'}: uneven slice spacing" in capsys.readouterr().err
     assert not (tmp_path / "bad_out").exists()
+
+
+def _dicom_folders(root: Path, n_train_patients=5, n_heldout_patients=2, seed=3) -> dict:
+    """Training, held-out and synthetic folders of DICOM series (two scans per patient, PatientID set),
+    and the same volumes as NIfTI written by SimpleITK (the same header a conversion gives)."""
+    rng = np.random.default_rng(seed)
+    vols = {}
+    for p in range(n_train_patients + n_heldout_patients):
+        base = rng.integers(-1000, 1000, size=(6, 9, 8))
+        role = "training" if p < n_train_patients else "heldout"
+        for s in range(2):
+            vols[(role, f"pat{p}_s{s}", f"PID{p:02d}")] = base + rng.integers(-20, 20, size=base.shape)
+    vols[("synthetic", "gen_a", "G")] = vols[("training", "pat0_s1", "PID00")] + 3
+    vols[("synthetic", "gen_b", "G")] = rng.integers(-1000, 1000, size=(6, 9, 8))
+    for k, ((role, name, pid), arr) in enumerate(vols.items()):
+        write_series(root / "dicom" / role / name, arr, spacing=(2.0, 2.0, 2.0), patient=pid, uid=f"1.2.4.{k}")
+        img = sitk.GetImageFromArray(arr.astype(np.float32))
+        img.SetSpacing((2.0, 2.0, 2.0))
+        img.SetOrigin((-100.0, -120.0, 30.0))
+        (root / "nifti" / role).mkdir(parents=True, exist_ok=True)
+        sitk.WriteImage(img, str(root / "nifti" / role / f"{name}.nii.gz"))
+    return vols
+
+
+def test_init_converts_dicom_folders_into_the_workspace_with_patients_from_patient_id(tmp_path):
+    from synthaudit.io import read_tsv
+    from synthaudit.workspace import Inputs, write_workspace
+
+    vols = _dicom_folders(tmp_path)
+    d = tmp_path / "dicom"
+    before = {p: p.read_bytes() for p in sorted(d.rglob("*.dcm"))}
+    messages = []
+    write_workspace(tmp_path / "ws", Inputs(training=d / "training", heldout=d / "heldout", synthetic=d / "synthetic",
+                                            registered=True), progress=messages.append)
+    ws = tmp_path / "ws"
+    rows = read_tsv(ws / "data/manifest.tsv")
+    assert {r["id"]: r["patient_id"] for r in rows} == {name: pid for (role, name, pid) in vols if role != "synthetic"}
+    assert all(r["image"] == f"converted/{'training' if r['role'] == 'train' else 'heldout'}/{r['id']}.nii.gz"
+               for r in rows)  # relative to data/: the workspace can move
+    params = (ws / "params.yaml").read_text()
+    assert "folder: data/converted/synthetic" in params
+    for (role, name, _), arr in vols.items():
+        got = sitk.ReadImage(str(ws / "data/converted" / role / f"{name}.nii.gz"))
+        np.testing.assert_array_equal(sitk.GetArrayFromImage(got), arr)
+        assert got.GetSpacing() == pytest.approx((2.0, 2.0, 2.0))
+    assert any("DICOM" in m for m in messages)
+    assert {p: p.read_bytes() for p in sorted(d.rglob("*.dcm"))} == before  # the inputs are only read
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    # a refused series leaves no workspace and no temporary behind
+    write_series(d / "training" / "pat9_s0", _volume(shape=(6, 9, 8)), spacing=(2.0, 2.0, 2.0), skip=(2,),
+                 uid="1.2.5.1")
+    from synthaudit.workspace.discover import WorkspaceError
+
+    with pytest.raises(WorkspaceError, match="pat9_s0: uneven slice spacing"):
+        write_workspace(tmp_path / "ws2", Inputs(training=d / "training", synthetic=d / "synthetic", registered=True),
+                        progress=lambda m: None)
+    assert not (tmp_path / "ws2").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]

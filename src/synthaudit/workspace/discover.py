@@ -87,6 +87,65 @@ def _dicom_hint(folder: Path) -> str:
             "or with dcm2niix")
 
 
+def is_dicom_folder(folder: Path | None) -> bool:
+    """A folder without NIfTI files that holds DICOM series (itself, or one per sub-folder)."""
+    from ..dicom import series_folders
+
+    if folder is None or not Path(folder).is_dir():
+        return False
+    if any(p.is_file() and p.name.endswith(NIFTI_SUFFIXES) for p in Path(folder).iterdir()):
+        return False
+    try:
+        return bool(series_folders(folder))
+    except (OSError, RuntimeError):
+        return False
+
+
+def convert_dicom_inputs(inp: Inputs, out: Path, progress=print) -> Inputs:
+    """The training, held-out and synthetic folders that hold DICOM series, converted into ``out/<role>/``
+    (synthaudit.dicom: checked, one NIfTI per series folder), and ``inp`` pointing at them. The patients
+    are the series' PatientID where every real-scan folder is DICOM and no --patient-ids or
+    --patient-pattern is given (a table ``out/patients.tsv``)."""
+    import dataclasses
+
+    from ..dicom import DicomError, convert_folder
+
+    changes, records = {}, []
+    for field_name, role in (("training", "training"), ("heldout", "heldout"), ("synthetic", "synthetic")):
+        folder = getattr(inp, field_name)
+        if not is_dicom_folder(folder):
+            continue
+        progress(f"converting the DICOM series of {folder} (the {role} folder) into the workspace ...")
+        try:
+            got = convert_folder(folder, Path(out) / role, progress=lambda m: progress("  " + m))
+        except DicomError as e:
+            raise WorkspaceError(str(e)) from None
+        changes[field_name] = Path(out) / role
+        if role != "synthetic":
+            records += got
+    real = [f for f in ("training", "heldout") if getattr(inp, f)]
+    if records and all(f in changes for f in real) and not inp.patient_ids and not inp.patient_pattern:
+        table = Path(out) / "patients.tsv"
+        table.write_text("id\tpatient_id\n" + "".join(f"{r['id']}\t{r['patient_id']}\n" for r in records))
+        changes["patient_ids"] = table
+        progress(f"patients: the series' PatientID ({len({r['patient_id'] for r in records})} patients)")
+    return dataclasses.replace(inp, **changes)
+
+
+def within(rows: list[dict], data: Path) -> list[dict]:
+    """Manifest rows with the paths inside ``data`` (the workspace's data/, where DICOM series were
+    converted) made relative to it, as the manifest's paths are read."""
+    base = Path(data).resolve()
+    out = []
+    for r in rows:
+        r = dict(r)
+        for key in ("image", "label"):
+            if r.get(key) and Path(r[key]).resolve().is_relative_to(base):
+                r[key] = str(Path(r[key]).resolve().relative_to(base))
+        out.append(r)
+    return out
+
+
 def unreadable(path: Path) -> str | None:
     """Why a file is no NIfTI volume at all (0 bytes, no NIfTI header), or None.
 

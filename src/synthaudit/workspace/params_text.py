@@ -126,8 +126,13 @@ def _unet_patch(summary: dict, registered: bool) -> list[int]:
     return [48 if not shape else max(8, min(48, int(n)) // 8 * 8) for n in (shape or [48, 48, 48])]
 
 
-def _path(p: Path) -> str:
-    return str(Path(p).resolve())
+def _path(p: Path, workspace: Path | None = None) -> str:
+    """An input's absolute path; relative where it lies inside the workspace being written (DICOM
+    series converted there), so that the workspace can be renamed into place and moved."""
+    p = Path(p).resolve()
+    if workspace is not None and p.is_relative_to(Path(workspace).resolve()):
+        return str(p.relative_to(Path(workspace).resolve()))
+    return str(p)
 
 
 def _datasets_block(inp: Inputs, summary: dict, manifest: str, n_heldout: int) -> str:
@@ -211,7 +216,7 @@ def _datasets_block(inp: Inputs, summary: dict, manifest: str, n_heldout: int) -
 
 
 def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "data/manifest.tsv",
-                derived: dict | None = None) -> str:
+                derived: dict | None = None, workspace: Path | None = None) -> str:
     """The installed workflow's params.yaml with its comments, its datasets replaced by this audit
     and every stage that names a demo dataset switched to what this audit's data support."""
     doc = load_round_trip(resources.default_params().read_text())
@@ -219,7 +224,7 @@ def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "d
     heldout = [r for r in rows if r["role"] == "heldout"]
     block = load_round_trip(_datasets_block(inp, summary, manifest, len(heldout)))["datasets"]
     ds = block[name]
-    ds["synthetic"]["folder"] = _path(inp.synthetic)
+    ds["synthetic"]["folder"] = _path(inp.synthetic, workspace)
     if inp.labels and inp.synthetic_labels:
         ds["segmentation"]["synthetic_labels"] = _path(inp.synthetic_labels)
     if inp.ratings:

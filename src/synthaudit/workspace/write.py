@@ -10,7 +10,8 @@ from pathlib import Path
 from .. import resources
 from ..io import write_tsv
 from .checks import CT_WINDOW, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
-from .discover import Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions, nifti_files
+from .discover import (Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions,
+                       convert_dicom_inputs, is_dicom_folder, nifti_files, within)
 from .estimate import derived_defaults, plan
 from .params_text import params_text
 
@@ -89,6 +90,27 @@ def write_workspace(target: Path, inp: Inputs, progress=print) -> dict:
         raise WorkspaceError(f"{target}: exists and is not an empty folder (choose a new folder; nothing was changed)")
     if not re.match(r"^[a-z][a-z0-9_]*$", inp.name):
         raise WorkspaceError(f"--name {inp.name!r}: lower-case letters, digits and '_', starting with a letter")
+    import tempfile
+
+    staging = None
+    if any(is_dicom_folder(f) for f in (inp.training, inp.heldout, inp.synthetic) if f):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    try:
+        return _write_workspace(target, inp, progress, staging)
+    except BaseException:
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def _write_workspace(target: Path, inp: Inputs, progress, staging: Path | None) -> dict:
+    """write_workspace once the target is known to be free; ``staging``: the temporary workspace
+    where DICOM series are converted first (their files then move with it), or None."""
+    import tempfile
+
+    if staging is not None:
+        inp = convert_dicom_inputs(inp, staging / "data" / "converted", progress)
     rows, how = build_manifest(inp)
     synthetic = nifti_files(inp.synthetic, "synthetic")
     synthetic_labels = None
@@ -110,11 +132,9 @@ def write_workspace(target: Path, inp: Inputs, progress=print) -> dict:
                             window=window)
     derived = derived_defaults(inp, rows, len(synthetic), summary)
     target.parent.mkdir(parents=True, exist_ok=True)
-    import tempfile
-
-    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
+    tmp = staging or Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
-        _write_files(tmp, inp, rows, summary, derived)
+        _write_files(tmp, inp, within(rows, tmp / "data"), summary, derived)
         _check_as_the_workflow_will(tmp)
         if target.is_dir():
             target.rmdir()  # empty (checked above); rename cannot replace a folder on every platform
@@ -148,12 +168,12 @@ def _write_files(folder: Path, inp: Inputs, rows: list[dict], summary: dict, der
     is written, so a value that broke the YAML would stop here, not in Snakemake."""
     import yaml
 
-    text = params_text(inp, summary, rows, derived=derived)
+    text = params_text(inp, summary, rows, derived=derived, workspace=folder)
     try:
         yaml.safe_load(text)
     except yaml.YAMLError as e:  # a defect of this module, never of the user's input
         raise WorkspaceError(f"internal error: the params.yaml init wrote is not valid YAML ({e}); please report it")
-    (folder / "data").mkdir()
+    (folder / "data").mkdir(exist_ok=True)  # it holds data/converted/ where DICOM series were converted
     write_tsv(folder / "data/manifest.tsv", rows, MANIFEST_COLUMNS)
     if summary["warnings"]:  # repeated by the verdict (review/verdict.py), so they are read after the run too
         write_tsv(folder / WARNINGS_FILE, [{"dataset": inp.name, **w} for w in summary["warnings"]], WARNING_COLUMNS)
