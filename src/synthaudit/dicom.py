@@ -142,17 +142,18 @@ def sources_digest(files: list[str]) -> str:
     return h.hexdigest()
 
 
-def convert(folder: str | Path, out: str | Path) -> dict:
+def convert(folder: str | Path, out: str | Path, series: Series | None = None) -> dict:
     """One series folder to ``out`` (a .nii.gz), atomically, with ``out``'s ``.json`` beside it
     recording the source (folder, files, SHA-256, patient, series UID) and the time taken. A
-    conversion whose record matches the source's digest is not redone. The input is only read."""
+    conversion whose record matches the source's digest is not redone. The input is only read.
+    ``series``: the folder's :func:`find_series`, where the caller has checked it already."""
     import SimpleITK as sitk
 
     from .io import atomic_path
 
     start = time.perf_counter()
     out = Path(out)
-    series = find_series(folder)
+    series = series or find_series(folder)
     digest = sources_digest(series.files)
     record_path = out.with_name(out.name.replace(".nii.gz", "") + ".json")
     if out.is_file() and record_path.is_file():
@@ -189,7 +190,6 @@ def convert_folder(folder: str | Path, out: str | Path, progress=None) -> list[d
     """Every series of ``folder`` (:func:`series_folders`) to ``out/<id>.nii.gz``, and
     ``out/patients.tsv`` (id, patient_id from the series' PatientID) for init's --patient-ids.
     Every series is checked before any is converted, so a refusal leaves nothing half done."""
-    from .io import atomic_path
     from .sources import ID_PATTERN
 
     folder, out = Path(folder), Path(out)
@@ -200,10 +200,10 @@ def convert_folder(folder: str | Path, out: str | Path, progress=None) -> list[d
         if not ID_PATTERN.match(s.name):
             raise DicomError(f"{s}: folder name {s.name!r} is not a usable id (letters, digits, '.', '_', '-'; "
                              "starting with a letter or digit): it names the volume")
-        find_series(s)
+    checked = {s: find_series(s) for s in found}  # every series before any is converted
     records = []
     for k, s in enumerate(found):
-        r = convert(s, out / f"{s.name}.nii.gz")
+        r = convert(s, out / f"{s.name}.nii.gz", checked[s])
         records.append({"id": s.name, **r})
         if progress is not None:
             progress(f"{s.name}: {r['n_files']} slices, patient {r['patient_id'] or '?'} ({k + 1} of {len(found)})")
@@ -211,9 +211,15 @@ def convert_folder(folder: str | Path, out: str | Path, progress=None) -> list[d
     if missing:
         raise DicomError(f"{folder}: no PatientID (0010,0020) in {len(missing)} series, e.g. {missing[0]}: give the "
                          "patients with --patient-pattern or a table of your own")
-    with atomic_path(out / "patients.tsv", ".tsv") as tmp:
-        Path(tmp).write_text("id\tpatient_id\n" + "".join(f"{r['id']}\t{r['patient_id']}\n" for r in records))
+    write_patients(out / "patients.tsv", records)
     return records
+
+
+def write_patients(path: str | Path, records: list[dict]) -> None:
+    """init's --patient-ids table (id, patient_id) of conversion records."""
+    from .io import write_tsv
+
+    write_tsv(path, [{"id": r["id"], "patient_id": r["patient_id"]} for r in records], ["id", "patient_id"])
 
 
 def main(argv=None) -> int:

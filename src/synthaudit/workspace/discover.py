@@ -108,7 +108,7 @@ def convert_dicom_inputs(inp: Inputs, out: Path, progress=print) -> Inputs:
     --patient-pattern is given (a table ``out/patients.tsv``)."""
     import dataclasses
 
-    from ..dicom import DicomError, convert_folder
+    from ..dicom import DicomError, convert_folder, write_patients
 
     changes, records = {}, []
     for field_name, role in (("training", "training"), ("heldout", "heldout"), ("synthetic", "synthetic")):
@@ -126,7 +126,7 @@ def convert_dicom_inputs(inp: Inputs, out: Path, progress=print) -> Inputs:
     real = [f for f in ("training", "heldout") if getattr(inp, f)]
     if records and all(f in changes for f in real) and not inp.patient_ids and not inp.patient_pattern:
         table = Path(out) / "patients.tsv"
-        table.write_text("id\tpatient_id\n" + "".join(f"{r['id']}\t{r['patient_id']}\n" for r in records))
+        write_patients(table, records)
         changes["patient_ids"] = table
         progress(f"patients: the series' PatientID ({len({r['patient_id'] for r in records})} patients)")
     return dataclasses.replace(inp, **changes)
