@@ -1,9 +1,11 @@
 """Dataset sources: manifests, nnU-Net raw layout, synthetic folders, and the spiked-set plan."""
 
+import json
+
 import numpy as np
 import pytest
 
-from synthaudit.sources import (SourceError, plan_dataset, read_manifest, read_nnunet,
+from synthaudit.sources import (SourceError, nnunet_dataset, plan_dataset, read_manifest, read_nnunet,
                                 read_synthetic_folder, read_synthetic_manifest, spiked_plan)
 
 
@@ -55,15 +57,49 @@ def test_manifest_duplicate_ids(tmp_path, nifti, vol):
 def test_nnunet_layout(tmp_path, nifti, vol):
     for case in ("case_001", "case_002"):
         nifti(f"Dataset001_X/imagesTr/{case}_0000.nii.gz", vol)
-        nifti(f"Dataset001_X/imagesTr/{case}_0001.nii.gz", vol)  # second channel: ignored
     nifti("Dataset001_X/labelsTr/case_001.nii.gz", vol)
     nifti("Dataset001_X/imagesTs/case_101_0000.nii.gz", vol)
+    nifti("Dataset001_X/labelsTs/case_101.nii.gz", vol)
     scans = read_nnunet(tmp_path / "Dataset001_X")
     assert [(s.id, s.role) for s in scans] == [("case_001", "train"), ("case_002", "train"),
                                                ("case_101", "heldout")]
     assert scans[0].label.endswith("labelsTr/case_001.nii.gz") and scans[1].label is None
+    assert scans[2].label.endswith("labelsTs/case_101.nii.gz")
     with pytest.raises(SourceError, match="no imagesTr"):
         read_nnunet(tmp_path)
+
+
+def test_nnunet_dataset_json_names_the_classes_v2_v1_and_regions(tmp_path, nifti, vol):
+    d = tmp_path / "Dataset002_Y"
+    nifti("Dataset002_Y/imagesTr/a_0000.nii.gz", vol)
+    (d / "dataset.json").write_text(json.dumps({"channel_names": {"0": "CT"}, "file_ending": ".nii.gz",
+                                                "labels": {"background": 0, "liver": 1, "tumour": 3}}))
+    meta = nnunet_dataset(d)
+    assert meta.channels == {"0": "CT"} and meta.classes == ["liver", "class2", "tumour"]
+    (d / "dataset.json").write_text(json.dumps({"modality": {"0": "MRI"}, "labels": {"0": "background", "1": "wm"}}))
+    assert nnunet_dataset(d).classes == ["wm"]  # nnU-Net v1: value -> name
+    (d / "dataset.json").write_text(json.dumps({"channel_names": {"0": "T1"}, "regions_class_order": [1, 2],
+                                                "labels": {"background": 0, "whole": [1, 2], "core": 2}}))
+    meta = nnunet_dataset(d)
+    assert meta.classes is None and "region-based labels" in meta.note
+
+
+def test_nnunet_refuses_several_channels_other_file_endings_and_bad_json(tmp_path, nifti, vol):
+    d = tmp_path / "Dataset003_Z"
+    for c in ("0000", "0001"):
+        nifti(f"Dataset003_Z/imagesTr/a_{c}.nii.gz", vol)
+    with pytest.raises(SourceError, match=r"Dataset003_Z: an nnU-Net dataset of 2 channels \(_0000, _0001\)"):
+        read_nnunet(d)
+    (d / "dataset.json").write_text(json.dumps({"channel_names": {"0": "T2", "1": "ADC"}}))
+    with pytest.raises(SourceError, match=r"2 channels \(0 \(T2\), 1 \(ADC\)\)"):
+        read_nnunet(d)
+    (d / "imagesTr" / "a_0001.nii.gz").unlink()
+    (d / "dataset.json").write_text(json.dumps({"channel_names": {"0": "CT"}, "file_ending": ".mha"}))
+    with pytest.raises(SourceError, match=r"dataset.json: file_ending '.mha'"):
+        read_nnunet(d)
+    (d / "dataset.json").write_text("{not json")
+    with pytest.raises(SourceError, match=r"dataset.json: not readable JSON"):
+        read_nnunet(d)
 
 
 def test_synthetic_folder_and_manifest(tmp_path, nifti, vol):

@@ -39,7 +39,10 @@ def _validate(args) -> int:
 def _init(args) -> int:
     from .workspace import Inputs, WorkspaceError, write_workspace
 
-    inp = Inputs(training=Path(args.training), synthetic=Path(args.synthetic),
+    if args.nnunet and not (Path(args.nnunet) / "imagesTr").is_dir():
+        print(f"synthaudit init: {args.nnunet}: not an nnU-Net raw dataset (no imagesTr/ folder)", file=sys.stderr)
+        return 2
+    inp = Inputs(training=Path(args.training or args.nnunet), synthetic=Path(args.synthetic),
                  heldout=Path(args.heldout) if args.heldout else None,
                  labels=Path(args.labels) if args.labels else None,
                  synthetic_labels=Path(args.synthetic_labels) if args.synthetic_labels else None,
@@ -210,7 +213,11 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     i = sub.add_parser("init", help="make an audit folder from folders of NIfTI (training, synthetic, ...)")
     i.add_argument("audit_dir", help="the new folder (its params.yaml, manifest, Snakefile and results)")
-    i.add_argument("--training", required=True, help="folder of training NIfTI, or a manifest TSV")
+    src = i.add_mutually_exclusive_group(required=True)
+    src.add_argument("--training", help="folder of training NIfTI or DICOM series, a manifest TSV, or an nnU-Net "
+                                        "raw dataset")
+    src.add_argument("--nnunet", metavar="DATASET_FOLDER",
+                     help="an nnU-Net raw dataset (imagesTr/, labelsTr/, dataset.json; imagesTs/ held out)")
     i.add_argument("--synthetic", required=True, help="folder of the generator's samples")
     i.add_argument("--heldout", help="folder of held-out real scans (never trained on): calibration, privacy")
     i.add_argument("--labels", help="folder of label maps <id>.nii.gz for the real scans (segmentation level)")

@@ -161,16 +161,79 @@ def read_manifest(path: str | Path) -> list[Scan]:
     return scans
 
 
+@dataclass
+class NnunetDataset:
+    """What an nnU-Net raw dataset's ``dataset.json`` says that an audit needs (all optional there)."""
+
+    channels: dict[str, str]
+    classes: list[str] | None  # names of the label values 1, 2, ... (None: no names, or region-based)
+    note: str = ""  # why there are no class names, where dataset.json has labels
+
+
+NNUNET_CHANNEL = re.compile(r"^(?P<case>.+)_(?P<channel>\d{4})$")
+
+
+def nnunet_dataset(folder: str | Path) -> NnunetDataset:
+    """The channels and class names of an nnU-Net raw dataset (v2 ``dataset.json``: ``channel_names``,
+    ``labels`` name -> value, ``file_ending``; v1: ``modality``, ``labels`` value -> name).
+
+    Refuses, naming the file, what an audit of one image per case cannot read: more than one
+    channel (an audit compares one volume per scan; which channel would be a guess) and image
+    files other than NIfTI. Region-based labels (a name -> list of values, nnU-Net's BraTS style)
+    give no class names: the values are still integers, named class1, class2, ... by the caller.
+    """
+    import json
+
+    folder = Path(folder)
+    path = folder / "dataset.json"
+    meta = {}
+    if path.is_file():
+        try:
+            meta = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise SourceError(f"{path}: not readable JSON ({e})") from None
+        if not isinstance(meta, dict):
+            raise SourceError(f"{path}: not an nnU-Net dataset.json (a JSON object with channel_names, labels)")
+    channels = {str(k): str(v) for k, v in (meta.get("channel_names") or meta.get("modality") or {}).items()}
+    found = sorted({m["channel"] for d in ("imagesTr", "imagesTs") if (folder / d).is_dir()
+                    for p in (folder / d).iterdir() if (m := NNUNET_CHANNEL.match(strip_nifti(p.name)))})
+    if len(channels) > 1 or len(found) > 1:
+        named = ", ".join(f"{k} ({v})" for k, v in sorted(channels.items())) or ", ".join(f"_{c}" for c in found)
+        raise SourceError(f"{folder}: an nnU-Net dataset of {max(len(channels), len(found))} channels ({named}); "
+                          "an audit compares one image per scan: give one channel as a folder of NIfTI "
+                          "(--training) or a manifest")
+    ending = meta.get("file_ending", ".nii.gz")
+    if ending not in NIFTI_SUFFIXES:
+        raise SourceError(f"{path}: file_ending {ending!r}; synthaudit reads NIfTI (.nii.gz, .nii): convert the "
+                          "images (e.g. SimpleITK) or give a manifest")
+    labels = meta.get("labels") or {}
+    classes, note = None, ""
+    if labels and all(str(k).isdigit() for k in labels):  # v1: {"0": "background", "1": "liver"}
+        labels = {str(v): int(k) for k, v in labels.items()}
+    if any(isinstance(v, (list, tuple)) for v in labels.values()):
+        note = f"{path}: region-based labels ({', '.join(labels)}): the label values are named class1, class2, ..."
+    elif labels:
+        try:
+            by_value = {int(v): str(k) for k, v in labels.items() if int(v) > 0}
+        except (TypeError, ValueError):
+            raise SourceError(f"{path}: labels must map names to integer values, got {labels}") from None
+        if by_value:
+            classes = [by_value.get(v, f"class{v}") for v in range(1, max(by_value) + 1)]
+    return NnunetDataset(channels=channels, classes=classes, note=note)
+
+
 def read_nnunet(folder: str | Path) -> list[Scan]:
     """nnU-Net v2 raw layout: ``imagesTr/{case}_0000.nii.gz`` (+ ``labelsTr/{case}.nii.gz``).
 
-    Training cases come from imagesTr; cases in imagesTs (if present) are held out.
-    Only channel 0000 is used. Each case is its own patient (nnU-Net has no patient ids).
+    Training cases come from imagesTr; cases in imagesTs (if present) are held out (labels from
+    labelsTs where present). Single-channel datasets only (:func:`nnunet_dataset` refuses others).
+    Each case is its own patient (nnU-Net has no patient ids).
     """
     folder = Path(folder)
     images_tr = folder / "imagesTr"
     if not images_tr.is_dir():
         raise SourceError(f"{folder}: not an nnU-Net raw dataset (no imagesTr/ folder)")
+    nnunet_dataset(folder)
     scans = []
     for sub, role in (("imagesTr", "train"), ("imagesTs", "heldout")):
         d = folder / sub

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..io import read_tsv
-from ..sources import ID_PATTERN, MIN_TRAINING, NIFTI_SUFFIXES, SourceError, read_manifest, strip_nifti
+from ..sources import (ID_PATTERN, MIN_TRAINING, NIFTI_SUFFIXES, SourceError, nnunet_dataset, read_manifest,
+                       read_nnunet, strip_nifti)
 from ..sources import check_case_collisions as _case_collisions
 
 
@@ -91,7 +92,7 @@ def is_dicom_folder(folder: Path | None) -> bool:
     """A folder without NIfTI files that holds DICOM series (itself, or one per sub-folder)."""
     from ..dicom import series_folders
 
-    if folder is None or not Path(folder).is_dir():
+    if folder is None or not Path(folder).is_dir() or is_nnunet_folder(folder):
         return False
     if any(p.is_file() and p.name.endswith(NIFTI_SUFFIXES) for p in Path(folder).iterdir()):
         return False
@@ -130,6 +131,62 @@ def convert_dicom_inputs(inp: Inputs, out: Path, progress=print) -> Inputs:
         changes["patient_ids"] = table
         progress(f"patients: the series' PatientID ({len({r['patient_id'] for r in records})} patients)")
     return dataclasses.replace(inp, **changes)
+
+
+def is_nnunet_folder(folder: Path | None) -> bool:
+    """An nnU-Net raw dataset folder (``imagesTr/`` inside), as ``--nnunet`` or ``--training`` may name."""
+    return folder is not None and Path(folder).is_dir() and (Path(folder) / "imagesTr").is_dir()
+
+
+def nnunet_inputs(inp: Inputs, progress=print) -> Inputs:
+    """``inp`` with what an nnU-Net raw dataset (the training folder) says: its label maps
+    (``labelsTr/``) as ``--labels`` and its class names (``dataset.json``) as ``--classes``, where
+    the user gave neither. The scans themselves are read by :func:`build_manifest`."""
+    import dataclasses
+
+    if not is_nnunet_folder(inp.training):
+        return inp
+    try:
+        meta = nnunet_dataset(inp.training)
+    except SourceError as e:
+        raise WorkspaceError(str(e)) from None
+    changes = {}
+    labels = Path(inp.training) / "labelsTr"
+    if inp.labels is None and labels.is_dir() and any(p.name.endswith(NIFTI_SUFFIXES) for p in labels.iterdir()):
+        changes["labels"] = labels
+    if not inp.classes and meta.classes:
+        changes["classes"] = meta.classes
+    if meta.note:
+        progress(meta.note)
+    held = Path(inp.training) / "imagesTs"
+    progress(f"{inp.training}: an nnU-Net raw dataset: training scans from imagesTr/"
+             + (", label maps from labelsTr/" if "labels" in changes else "")
+             + (f", classes {', '.join(changes['classes'])} from dataset.json" if "classes" in changes else "")
+             + (f"; held-out scans from {inp.heldout} (--heldout; imagesTs/ not used)" if inp.heldout and held.is_dir()
+                else "; held-out scans from imagesTs/ (nnU-Net's test cases: the generator must never have "
+                     "trained on them; else give --heldout)" if held.is_dir() else ""))
+    return dataclasses.replace(inp, **changes)
+
+
+def _nnunet_rows(inp: Inputs) -> list[dict]:
+    """Manifest rows of an nnU-Net raw dataset (cases as ids, ``_0000`` dropped; imagesTs/ held out
+    unless --heldout names another folder)."""
+    import dataclasses
+
+    try:
+        scans = read_nnunet(inp.training)
+    except SourceError as e:
+        raise WorkspaceError(str(e)) from None
+    if inp.heldout:
+        scans = [s for s in scans if s.role == "train"]
+    if inp.labels is not None and Path(inp.labels).resolve() != (Path(inp.training) / "labelsTr").resolve():
+        scans = [dataclasses.replace(s, label=None) for s in scans]  # --labels names the user's own label maps
+    bad = [problem for problem in map(unreadable, [s.image for s in scans] + [s.label for s in scans if s.label])
+           if problem]
+    if bad:
+        raise WorkspaceError(f"{len(bad)} unreadable file(s) in {inp.training}:\n  " + "\n  ".join(bad[:20]))
+    return [{"id": s.id, "image": str(Path(s.image).resolve()), "label": str(Path(s.label).resolve()) if s.label
+             else "", "role": s.role} for s in scans]
 
 
 def within(rows: list[dict], data: Path) -> list[dict]:
@@ -201,8 +258,14 @@ def build_manifest(inp: Inputs) -> tuple[list[dict], str]:
                  "patient_id": s.patient_id, "role": s.role} for s in scans]
         how = f"from {inp.training}"
     else:
-        images = nifti_files(inp.training, "training")
-        roles = {i: "train" for i in images}
+        if is_nnunet_folder(inp.training):
+            found = _nnunet_rows(inp)
+            images = {r["id"]: r["image"] for r in found}
+            roles = {r["id"]: r["role"] for r in found}
+            given = {r["id"]: r["label"] for r in found}
+        else:
+            images = nifti_files(inp.training, "training")
+            roles, given = {i: "train" for i in images}, {}
         if inp.heldout:
             held = nifti_files(inp.heldout, "held-out")
             both = sorted(set(held) & set(images))
@@ -211,7 +274,7 @@ def build_manifest(inp: Inputs) -> tuple[list[dict], str]:
             images.update(held)
             roles.update({i: "heldout" for i in held})
         who, how = patients(list(images), inp.patient_ids, inp.patient_pattern)
-        rows = [{"id": i, "image": str(images[i]), "label": "", "patient_id": who[i], "role": roles[i]}
+        rows = [{"id": i, "image": str(images[i]), "label": given.get(i, ""), "patient_id": who[i], "role": roles[i]}
                 for i in images]
     if inp.labels:
         labels = nifti_files(inp.labels, "label")

@@ -11,7 +11,7 @@ from .. import resources
 from ..io import write_tsv
 from .checks import CT_WINDOW, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
 from .discover import (Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions,
-                       convert_dicom_inputs, is_dicom_folder, nifti_files, within)
+                       convert_dicom_inputs, is_dicom_folder, nifti_files, nnunet_inputs, within)
 from .estimate import derived_defaults, plan
 from .params_text import params_text
 
@@ -111,6 +111,7 @@ def _write_workspace(target: Path, inp: Inputs, progress, staging: Path | None) 
 
     if staging is not None:
         inp = convert_dicom_inputs(inp, staging / "data" / "converted", progress)
+    inp = nnunet_inputs(inp, progress)
     rows, how = build_manifest(inp)
     synthetic = nifti_files(inp.synthetic, "synthetic")
     synthetic_labels = None
