@@ -12,6 +12,7 @@ import pytest
 import SimpleITK as sitk
 
 from synthaudit import dicom
+from synthaudit.review.card import verify as card_verify
 
 SAGITTAL = (0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.0)  # rows along y, columns along z, slices along x
 
@@ -27,17 +28,20 @@ def _locale_kept():
 
 def write_series(folder: Path, array_zyx: np.ndarray, spacing=(0.8, 0.7, 2.5), origin=(-100.0, -120.0, 30.0),
                  direction=(1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0), patient="P01",
-                 uid="1.2.826.0.1.3680043.2.1125.1.1", intercept=-1024, skip=(), tilt_mm=0.0, name="{k:03d}.dcm"):
+                 uid="1.2.826.0.1.3680043.2.1125.1.1", intercept=-1024, skip=(), tilt_mm=0.0, name="{k:03d}.dcm",
+                 compressor=None):
     """One slice per file; SimpleITK stores (value - intercept) / slope, so reading applies the rescale.
     The process's locale is restored after GDCM's writer (see _locale_kept)."""
     saved = locale.setlocale(locale.LC_ALL)
     try:
-        return _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, intercept, skip, tilt_mm, name)
+        return _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, intercept, skip, tilt_mm, name,
+                             compressor)
     finally:
         locale.setlocale(locale.LC_ALL, saved)
 
 
-def _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, intercept, skip, tilt_mm, name):
+def _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, intercept, skip, tilt_mm, name,
+                  compressor):
     folder.mkdir(parents=True, exist_ok=True)
     img = sitk.GetImageFromArray(array_zyx.astype(np.int16))
     img.SetSpacing(spacing)
@@ -47,6 +51,9 @@ def _write_series(folder, array_zyx, spacing, origin, direction, patient, uid, i
     iop = "\\".join(f"{x:g}" for x in (*d[:, 0], *d[:, 1]))
     writer = sitk.ImageFileWriter()
     writer.KeepOriginalImageUIDOn()
+    if compressor:  # GDCM's codecs: "JPEG2000" (lossless), "JPEG", "JPEGLS", "RLE"
+        writer.SetUseCompression(True)
+        writer.SetCompressor(compressor)
     for k in range(img.GetDepth()):
         if k in skip:
             continue
@@ -139,6 +146,26 @@ def test_one_slice_a_multi_frame_file_and_no_dicom_are_refused(tmp_path):
         dicom.find_series(text)
 
 
+def test_compressed_pixel_data_is_read_where_a_codec_exists_and_refused_naming_the_syntax_where_not(tmp_path):
+    """JPEG 2000 lossless (GDCM's OpenJPEG) gives the source voxels; the same files declaring JPIP referenced
+    pixel data (1.2.840.10008.1.2.4.94: the pixels are elsewhere, at a URL; no installed codec reads that)
+    are refused naming the folder and the transfer syntax."""
+    arr = _volume()
+    j2k = write_series(tmp_path / "j2k", arr, compressor="JPEG2000")
+    assert dicom.transfer_syntax(str(next(j2k.iterdir()))) == "1.2.840.10008.1.2.4.90"
+    got = dicom.read_series(dicom.find_series(j2k))
+    np.testing.assert_array_equal(sitk.GetArrayFromImage(got), arr)
+    jpip = tmp_path / "jpip"
+    jpip.mkdir()
+    for f in sorted(j2k.iterdir()):  # the same length, so the meta header's group length still holds
+        (jpip / f.name).write_bytes(f.read_bytes().replace(b"1.2.840.10008.1.2.4.90", b"1.2.840.10008.1.2.4.94"))
+    with pytest.raises(dicom.DicomError, match=rf"{jpip}: the pixel data cannot be decoded here \(transfer syntax "
+                                               r"1\.2\.840\.10008\.1\.2\.4\.94 \(JPIP referenced\).*dcm2niix"):
+        dicom.read_series(dicom.find_series(jpip))
+    plain = write_series(tmp_path / "plain", arr)
+    assert dicom.transfer_syntax(str(next(plain.iterdir()))) == "1.2.840.10008.1.2"  # implicit VR little endian
+
+
 def test_convert_dicom_then_init_reads_the_volumes_and_patients(tmp_path, capsys):
     """The route init's refusal names: a folder of series folders -> synthaudit convert-dicom -> init with
     --patient-ids; the converted volumes equal the series, the patients are their PatientIDs."""
@@ -212,6 +239,19 @@ def test_init_converts_dicom_folders_into_the_workspace_with_patients_from_patie
     assert any("DICOM" in m for m in messages)
     assert {p: p.read_bytes() for p in sorted(d.rglob("*.dcm"))} == before  # the inputs are only read
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+    # the card names each volume's series, so a reader holding the DICOM can check it
+    from synthaudit.cli import main
+
+    assert main(["card", str(ws)]) == 0
+    card = json.loads((ws / "results/audit_card.json").read_text())
+    rows = {r["id"]: r for r in card["files"]["audit"]}
+    assert rows["gen_a"]["dicom"]["series_folder"] == "gen_a" and len(rows["gen_a"]["dicom"]["sha256"]) == 64
+    lines, status = card_verify(ws / "results/audit_card.json", d / "synthetic")
+    assert status == 0 and lines[-1] == "2 of 2 DICOM series match the card", lines
+    changed = tmp_path / "changed"
+    write_series(changed / "gen_b", vols[("synthetic", "gen_b", "G")] + 1, spacing=(2.0, 2.0, 2.0), uid="1.2.6.1")
+    lines, status = card_verify(ws / "results/audit_card.json", changed)
+    assert status == 1 and lines[0].startswith(f"NOT ON CARD  {changed / 'gen_b'}"), lines
     # a refused series leaves no workspace and no temporary behind
     write_series(d / "training" / "pat9_s0", _volume(shape=(6, 9, 8)), spacing=(2.0, 2.0, 2.0), skip=(2,),
                  uid="1.2.5.1")

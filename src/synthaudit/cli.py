@@ -247,7 +247,8 @@ def main(argv=None) -> int:
     c.set_defaults(func=_card)
     vc = sub.add_parser("verify-card", help="check that a folder's volumes are the ones an audit card names")
     vc.add_argument("card", help="an audit_card.json")
-    vc.add_argument("folder", help="the folder of volumes you hold")
+    vc.add_argument("folder", help="the folder of volumes you hold (NIfTI files, or DICOM series that init "
+                                        "converted)")
     vc.set_defaults(func=_verify_card)
     dc = sub.add_parser("convert-dicom", help="DICOM series to NIfTI for init (one volume per series folder, "
                         "checked; OUT/patients.tsv from PatientID)")

@@ -116,6 +116,46 @@ def find_series(folder: str | Path) -> Series:
     return Series(folder, files, first.get("0010|0020", ""), uids[0], first.get("0008|0060", ""))
 
 
+# transfer syntaxes a user may meet, named in the refusal when the installed codecs cannot decode one
+SYNTAX_NAMES = {
+    "1.2.840.10008.1.2.4.50": "JPEG baseline", "1.2.840.10008.1.2.4.51": "JPEG extended",
+    "1.2.840.10008.1.2.4.52": "JPEG extended, retired", "1.2.840.10008.1.2.4.57": "JPEG lossless",
+    "1.2.840.10008.1.2.4.70": "JPEG lossless SV1", "1.2.840.10008.1.2.4.80": "JPEG-LS lossless",
+    "1.2.840.10008.1.2.4.81": "JPEG-LS near-lossless", "1.2.840.10008.1.2.4.90": "JPEG 2000 lossless",
+    "1.2.840.10008.1.2.4.91": "JPEG 2000", "1.2.840.10008.1.2.4.94": "JPIP referenced",
+    "1.2.840.10008.1.2.4.95": "JPIP referenced deflate", "1.2.840.10008.1.2.4.100": "MPEG-2",
+    "1.2.840.10008.1.2.4.102": "MPEG-4", "1.2.840.10008.1.2.4.201": "HTJ2K lossless",
+    "1.2.840.10008.1.2.4.202": "HTJ2K lossless RPCL", "1.2.840.10008.1.2.4.203": "HTJ2K",
+    "1.2.840.10008.1.2.4.110": "JPEG XL lossless", "1.2.840.10008.1.2.4.112": "JPEG XL",
+    "1.2.840.10008.1.2.5": "RLE lossless", "1.2.840.10008.1.2.1.99": "deflated explicit VR",
+}
+
+
+def transfer_syntax(path: str) -> str:
+    """The transfer syntax UID (0002,0010) from a Part 10 file's meta header, which is always explicit
+    VR little endian (SimpleITK's reader does not expose group 0002); "?" where there is none."""
+    import struct
+
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head[128:132] != b"DICM":
+        return "?"
+    i = 132
+    while i + 8 <= len(head):
+        group, element = struct.unpack_from("<HH", head, i)
+        if group != 2:
+            break
+        vr = head[i + 4:i + 6]
+        if vr in (b"OB", b"OW", b"OF", b"SQ", b"UT", b"UN"):
+            length, i = struct.unpack_from("<I", head, i + 8)[0], i + 12
+        else:
+            length, i = struct.unpack_from("<H", head, i + 6)[0], i + 8
+        if element == 0x0010:
+            return head[i:i + length].rstrip(b"\x00 ").decode("ascii", "replace")
+        i += length
+    return "?"
+
+
 def read_series(series: Series):
     """The series as one SimpleITK image (slices sorted by position, rescale applied, float32)."""
     import SimpleITK as sitk
@@ -125,8 +165,9 @@ def read_series(series: Series):
     try:
         image = reader.Execute()
     except RuntimeError as e:
-        syntax = _tags(series.files[0]).get("0002|0010", "?")
-        raise DicomError(f"{series.folder}: the pixel data cannot be decoded here (transfer syntax {syntax}: "
+        syntax = transfer_syntax(series.files[0])
+        raise DicomError(f"{series.folder}: the pixel data cannot be decoded here (transfer syntax {syntax}"
+                         f"{' (' + SYNTAX_NAMES[syntax] + ')' if syntax in SYNTAX_NAMES else ''}: "
                          f"{str(e).strip().splitlines()[-1]}); {DCM2NIIX}") from None
     return sitk.Cast(image, sitk.sitkFloat32)
 

@@ -44,8 +44,27 @@ def _manifest(root: Path) -> dict[str, list[dict]]:
                 path = Path(r["path"])
                 r["file"] = path.name
                 r["sha256"] = sha256(path) if path.is_file() else None
+                source = _dicom_source(path)
+                if source:
+                    r["dicom"] = source
             out[d] = rows
     return out
+
+
+def _dicom_source(path: Path) -> dict | None:
+    """The DICOM series a volume was converted from (init, synthaudit.dicom: the ``.json`` beside it),
+    so that a reader holding the series, not the NIfTI, can check them against the card."""
+    record = path.with_name(path.name.removesuffix(".gz").removesuffix(".nii") + ".json")
+    if not record.is_file():
+        return None
+    try:
+        r = json.loads(record.read_text())
+    except ValueError:
+        return None
+    if not isinstance(r, dict) or "series_uid" not in r:
+        return None
+    return {"series_folder": Path(r["source"]).name, "series_uid": r["series_uid"], "n_files": r.get("n_files"),
+            "sha256": r["sha256"]}
 
 
 def build(root: str | Path) -> dict:
@@ -127,6 +146,8 @@ def verify(card_path: str | Path, folder: str | Path) -> tuple[list[str], int]:
         for r in rows:
             by_name.setdefault(r["file"], []).append({**r, "dataset": d})
     files = sorted(p for p in Path(folder).rglob("*") if p.is_file() and p.name.endswith(VOLUME_SUFFIXES))
+    if not files:
+        return _verify_series(card, folder)
     lines, bad = [], 0
     for p in files:
         known = by_name.get(p.name)
@@ -143,3 +164,35 @@ def verify(card_path: str | Path, folder: str | Path) -> tuple[list[str], int]:
             bad += 1
     lines.append(f"{len(files) - bad} of {len(files)} volume(s) match the card" if files else f"{folder}: no volumes")
     return lines, 1 if bad or not files else 0
+
+
+def _verify_series(card: dict, folder: str | Path) -> tuple[list[str], int]:
+    """:func:`verify` for a folder of DICOM series (the inputs as the reader holds them): each series'
+    files hashed as init's conversion hashed them (synthaudit.dicom.sources_digest), against the card's
+    ``dicom`` records."""
+    from .. import dicom
+
+    known = {r["dicom"]["sha256"]: {**r, "dataset": d} for d, rows in card["files"].items() for r in rows
+             if r.get("dicom")}
+    try:
+        found = dicom.series_folders(folder)
+    except (OSError, RuntimeError):
+        found = []
+    if not found:
+        return [f"{folder}: no volumes (no NIfTI files, no DICOM series)"], 1
+    lines, bad = [], 0
+    for s in found:
+        try:
+            digest = dicom.sources_digest(dicom.find_series(s).files)
+        except dicom.DicomError as e:
+            lines.append(f"UNREADABLE   {e}")
+            bad += 1
+            continue
+        r = known.get(digest)
+        if r:
+            lines.append(f"matches      {s} (DICOM series; {r['dataset']} {r['role']} {r['id']})")
+        else:
+            lines.append(f"NOT ON CARD  {s}: no series on the card has these files (SHA-256 {digest[:16]}...)")
+            bad += 1
+    lines.append(f"{len(found) - bad} of {len(found)} DICOM series match the card")
+    return lines, 1 if bad else 0
