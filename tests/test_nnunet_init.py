@@ -81,3 +81,18 @@ def test_init_refuses_a_multi_channel_nnunet_dataset_naming_its_channels(tmp_pat
     assert not (tmp_path / "ws").exists()
     assert main(["init", str(tmp_path / "ws3"), "--nnunet", str(d), "--synthetic", str(d / "synthetic")]) == 2
     assert "not an nnU-Net raw dataset (no imagesTr/ folder)" in capsys.readouterr().err
+
+
+def test_the_committed_layout_equivalence_supports_what_own_data_md_says():
+    """docs/own_data.md states the result of bench/layout_equivalence.py; the committed result must hold it."""
+    from workflow_helpers import ROOT
+
+    got = json.loads((ROOT / "results/bench/layout_equivalence.json").read_text())
+    assert all(r["init_rc"] == 0 and r["snakemake_rc"] == 0 for r in got["runs"].values()), got["runs"]
+    pairs = got["pairs"]
+    assert [len(pairs[p]["rankings_identical"]) for p in ("nifti vs dicom", "nifti_labelled vs nnunet")] == [8, 10]
+    for pair in pairs.values():
+        assert all(pair["rankings_identical"].values()) and not pair["rankings_in_one_only"]
+        assert pair["metrics_equal"] == {"relict": True, "copies": True, "fidelity": True, "privacy": True}
+    text = (ROOT / "docs/own_data.md").read_text()
+    assert "8 of 8 rankings byte-identical" in text and "10 of 10" in text
