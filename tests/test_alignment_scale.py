@@ -111,6 +111,9 @@ def test_coarse_to_fine_finds_the_reference_transform_of_a_replica():
 def test_refine_factor_from_mm():
     assert al.refine_factor(2.0, [1.0] * 3) == 2 and al.refine_factor(2.0, [2.0] * 3) == 1
     assert al.refine_factor(None, [1.0] * 3) == 1 and al.refine_factor(4.0, [1.0, 1.0, 2.0]) == 2
+    # the fewest voxels reaching coarse_mm: a 1.5 mm grid gets 3 mm blocks, the demo's 3 mm grid none
+    assert al.refine_factor(2.0, [1.5] * 3) == 2 and al.refine_factor(2.0, [3.0] * 3) == 1
+    assert al.refine_factor(2.0, [0.7] * 3) == 3 and al.refine_factor(2.0, [1.9, 1.5, 1.5]) == 2
 
 
 def test_estimated_rmse_keeps_candidates_and_stays_below_plain():

@@ -41,10 +41,12 @@ def test_n_closest_is_relicts_50_where_the_training_set_allows(tmp_path, n_train
         assert f"allow {n_expected} (all of them)" in text
 
 
-@pytest.mark.parametrize("spacing, n_train, k, ranked", [(1.0, 200, 80, 150), (1.0, 90, 80, 90), (1.5, 200, 100, None)])
+@pytest.mark.parametrize("spacing, n_train, k, ranked", [(1.0, 200, 80, 150), (1.0, 90, 80, 90), (1.5, 200, 80, 150),
+                                                       (2.0, 200, 100, None)])
 def test_grids_with_a_coarse_stage_rank_3n_candidates_and_align_the_best(tmp_path, spacing, n_train, k, ranked):
     # coarse_mm 2: a 1 mm grid has 2 mm block means to rank on (the NCCT bench: the 4 mm pre-selection
-    # needed up to 2.8n to hold the 50 closest, the 2 mm ranking up to 1.5n); a 1.5 mm grid has none
+    # needed up to 2.8n to hold the 50 closest, the 2 mm ranking up to 1.5n), a 1.5 mm grid 3 mm ones
+    # (issue 47); a 2 mm grid has none
     write_workspace(tmp_path / "ws", _folders(tmp_path / "in", n_train, spacing=spacing), progress=lambda m: None)
     a = _params(tmp_path / "ws")["relict"]["alignment"]
     assert (a["candidates"], a["rank_candidates"]) == (k, ranked)
