@@ -48,7 +48,8 @@ def _init(args) -> int:
                  synthetic_labels=Path(args.synthetic_labels) if args.synthetic_labels else None,
                  patient_ids=Path(args.patient_ids) if args.patient_ids else None,
                  patient_pattern=args.patient_pattern, registered=args.registered, modality=args.modality,
-                 ratings=Path(args.ratings) if args.ratings else None, classes=args.classes or [], name=args.name)
+                 ratings=Path(args.ratings) if args.ratings else None, classes=args.classes or [], name=args.name,
+                 timing=not args.no_timing)
     try:
         p = write_workspace(Path(args.audit_dir), inp)  # checked as the workflow will, then renamed into place
     except (WorkspaceError, ParamsError) as e:
@@ -68,8 +69,12 @@ def _init(args) -> int:
     else:
         how = (f"shortlist search above {sr['threshold']:,} pairs (relict.search): {sr['k']} candidates per volume, "
                f"{sr['pairs']:,} pairs computed, {sr['sample']} volumes also searched exhaustively to measure its recall")
-    print(f"  work: {p['pairs']:,} volume pairs per measure; {how}; about {p['estimate_cpu_minutes']} CPU-minutes "
-          "for the image and feature levels (2-core measurements; segmentation and privacy filters extra)")
+    est = p["estimate"]
+    print(f"  work: {p['pairs']:,} volume pairs per measure; {how}")
+    print("  time (job-minutes on 2 threads; " + est["how"] + (f", {est['machine']}" if est["machine"] else "")
+          + "; segmentation, privacy filters and the local level extra): "
+          + "; ".join(f"{stage} {seconds / 60:.1f}" for stage, seconds in est["stages_s"].items())
+          + f" (written to {d}/data/estimate.json; the verdict sets the measured times beside them)")
     der = p.get("derived")
     if der:
         print(f"  from your data: n_closest {der['n_closest']} (RELICT: 50"
@@ -229,6 +234,8 @@ def main(argv=None) -> int:
     i.add_argument("--ratings", help="rating table (synthetic_id, rater, score 1-4): evaluation")
     i.add_argument("--classes", nargs="+", help="names of label values 1, 2, ... (default class1, ...)")
     i.add_argument("--name", default="audit", help="the dataset's name in params.yaml and results/")
+    i.add_argument("--no-timing", action="store_true", help="skip timing the heavy stages on your samples "
+                   "(10-40 s): the estimate then uses constants measured elsewhere")
     i.set_defaults(func=_init)
     v = sub.add_parser("validate", help="check params.yaml and the datasets it names")
     v.add_argument("params", nargs="?", default="params.yaml")

@@ -26,6 +26,9 @@ class ResourceError(RuntimeError):
 # where `synthaudit init` writes the input volumes it accepted with a warning (the verdict repeats them)
 INPUT_WARNINGS = "data/input_warnings.tsv"
 
+# where `synthaudit init` writes its time estimate per stage, which the verdict sets beside the measured times
+ESTIMATE_FILE = "data/estimate.json"
+
 
 def workflow_dir() -> Path:
     """The folder holding synthaudit's Snakefile, ``workflow/``, ``envs/`` and ``params.yaml``

@@ -261,6 +261,8 @@ rule verdict:
         fidelity=[f"results/fidelity/{d}/fidelity.json" for d in PLAN.fidelity_datasets],
         # an audit workspace's input warnings (synthaudit init), which the verdict repeats
         warnings=lambda wc: [p for p in ["data/input_warnings.tsv"] if Path(p).is_file()],
+        # its time estimate, which the verdict sets beside the jobs' benchmark files
+        estimate=lambda wc: [p for p in ["data/estimate.json"] if Path(p).is_file()],
     output:
         rst="results/verdict.rst",
         figures=[

@@ -62,6 +62,11 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     local = base / "local" / "local.json"
     if local.is_file():  # relict.local: regions copied into otherwise new volumes
         out["local"] = local_verdict(base / "local")
+    from .timing import estimate_lines
+
+    timing = estimate_lines(root, dataset)
+    if timing:  # init's time estimate (data/estimate.json) beside the jobs' benchmark files
+        out["time"] = timing
     if copies:
         out["rate"], out["n_heldout"] = copies["rate"], copies["n_heldout"]
         out["combined"] = copies["combined"]
@@ -175,6 +180,7 @@ def verdict_lines(v: dict) -> list[str]:
         lines += [f"    {i} ({role}): {text}" for i, role, text in warned[:8]]
         if len(warned) > 8:
             lines.append(f"    ... and {len(warned) - 8} more")
+    lines += v.get("time") or []
     return lines
 
 

@@ -46,6 +46,7 @@ class Inputs:
     ratings: Path | None = None
     classes: list[str] = field(default_factory=list)
     name: str = "audit"
+    timing: bool = False  # time the heavy stages on the samples for the estimate (the CLI's default; .timing)
 
 
 def nifti_files(folder: Path, what: str) -> dict[str, Path]:

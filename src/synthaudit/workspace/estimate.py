@@ -34,6 +34,12 @@ SECONDS_PER_EMBEDDING_1MM_ASTRA = 17.2
 SECONDS_PER_ALIGNED_PAIR_1MM = 0.2
 
 
+# without a coarse stage (grids as coarse as coarse_mm): every group element and shift at full
+# resolution, about 0.8-1.0 s per pair at 1.5 mm on 2 cores (bench/real_anatomy/alignment_coarse_check.py,
+# results/bench/alignment_coarse_ct.json), i.e. about 2.5 s per 1 mm-sized pair
+SECONDS_PER_ALIGNED_PAIR_FULL_1MM = 2.5
+
+
 ALIGNMENT_BUDGET_HOURS = 4.0
 
 
@@ -89,7 +95,7 @@ def radiomics_seconds(shape: list[int], spacing_mm: list[float]) -> float:
     return RADIOMICS_SECONDS_FIXED + RADIOMICS_SECONDS_PER_MVOXEL_2MM * voxels_2mm / 1e6
 
 
-def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict) -> dict:
+def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict, costs=None) -> dict:
     """The values ``init`` derives from the user's data instead of taking the demo's (issue 29).
 
     - ``n_closest``: RELICT's 50 where the training set has 50 scans, else all of them.
@@ -102,6 +108,9 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
       patients by both embedding measures, where the untrained ResNet-50 did not by cosine on
       RELICT's grid (docs/real_anatomy.md). The demo keeps what its own study chose.
     - FRD (``fidelity.frd``): on where PyRadiomics on every volume fits FRD_BUDGET_HOURS.
+
+    ``costs`` (:class:`.timing.Costs`): the stages' unit costs timed on this machine; None: the
+    constants above scaled by voxels.
     """
     from ..relict import alignment as al
 
@@ -130,8 +139,13 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     # volume over the whole group, ~2.5x the per-pair cost (the demo: 0.15 against 0.06 s per pair)
     sample = int(params["recall"]["sample"]) if k < n_train else 0
     check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
-    seconds = ((pairs + RECALL_CHECK_COST * check_pairs) * SECONDS_PER_ALIGNED_PAIR_1MM
-               + (n_synthetic + n_heldout) * (k_ranked - k) * SECONDS_PER_RANKED_PAIR_1MM) * scale
+    from .timing import constant_costs
+
+    costs = costs or constant_costs(shape, astra_installed(), refine > 1)
+    aligned_volumes = n_synthetic + n_heldout + min(sample, n_synthetic) + min(sample, n_heldout)
+    seconds = (aligned_volumes * costs.align_volume_s
+               + (pairs + RECALL_CHECK_COST * check_pairs) * costs.align_pair_s
+               + (n_synthetic + n_heldout) * (k_ranked - k) * SECONDS_PER_RANKED_PAIR_1MM * scale)
     # the local level holds every synthetic, held-out and control volume twice (raw and smoothed), and
     # the n closest training distances per volume and block (streamed: not the whole training axis)
     from ..relict.local import BlockGrid
@@ -150,7 +164,8 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
             "alignment_on": seconds <= ALIGNMENT_BUDGET_HOURS * 3600, "alignment_pairs": pairs,
             "alignment_recall_check_pairs": check_pairs,
             "alignment_candidates": k, "alignment_rank_candidates": k_ranked if k_ranked > k else None,
-            "alignment_hours": seconds / 3600, "preselect_factor": factor,
+            "alignment_hours": seconds / 3600, "alignment_coarse_stage": refine > 1, "preselect_factor": factor,
+            "costs": costs.as_dict(),
             "preselect_block_mm": float(params["preselect_block_mm"])}
 
 
@@ -199,8 +214,20 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
     search = _search_plan(len(synthetic), len(heldout), len(train), (derived or {}).get("n_closest"))
     volumes = len(rows) + len(synthetic)
     astra = bool((derived or {}).get("extractor"))
-    per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM
-    seconds = search["pairs"] * SECONDS_PER_PAIR_1MM * scale + volumes * per_embedding * scale
+    costs = (derived or {}).get("costs")
+    if costs:
+        splits = 2 + bool(heldout)  # one embedding job per split (training, held-out, synthetic)
+        image_s = search["pairs"] * costs["image_pair_s"]
+        feature_s = volumes * costs["embedding_s"] + splits * costs["embedding_start_s"]
+    else:
+        per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM
+        image_s, feature_s = search["pairs"] * SECONDS_PER_PAIR_1MM * scale, volumes * per_embedding * scale
+    seconds = image_s + feature_s
+    stages = {"image level (MAE, RMSE, SSIM)": image_s, "feature level (embedding)": feature_s}
+    if derived and derived.get("alignment_on"):
+        stages["alignment"] = derived["alignment_hours"] * 3600
+    if derived and derived.get("frd_on"):
+        stages["FRD radiomics"] = derived["frd_hours"] * 3600
     levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
               + " embeddings: RMSE, cosine)"]
     if inp.labels:
@@ -210,4 +237,8 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
             "n_patients": len({r["patient_id"] for r in train}), "patients": how, "levels": levels,
             "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs, "search": search,
             "estimate_cpu_minutes": round(seconds / 60, 1), "summary": summary,
+            "estimate": {"stages_s": {k: round(v, 1) for k, v in stages.items()},
+                         "how": costs["how"] if costs else "constants scaled by voxels",
+                         "machine": costs["machine"] if costs else None,
+                         "costs": costs},
             "warning": intensity_warning(summary), "derived": derived}

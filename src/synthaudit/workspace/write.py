@@ -8,7 +8,8 @@ import shutil
 from pathlib import Path
 
 from .. import resources
-from ..io import write_tsv
+from ..io import write_json, write_tsv
+from ..resources import ESTIMATE_FILE
 from .checks import CT_WINDOW, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
 from .discover import (Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions,
                        convert_dicom_inputs, is_dicom_folder, nifti_files, nnunet_inputs, within)
@@ -131,11 +132,14 @@ def _write_workspace(target: Path, inp: Inputs, progress, staging: Path | None) 
     window = CT_WINDOW if not inp.registered and inp.modality == "ct" else None
     summary = check_volumes(rows, synthetic, synthetic_labels, inp.registered, progress, classes=inp.classes,
                             window=window)
-    derived = derived_defaults(inp, rows, len(synthetic), summary)
+    costs = _timed_costs(inp, rows, synthetic, summary, progress) if inp.timing else None
+    derived = derived_defaults(inp, rows, len(synthetic), summary, costs)
+    result = plan(inp, rows, how, synthetic, summary, derived)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = staging or Path(tempfile.mkdtemp(prefix=f".tmp-{target.name}-", dir=target.parent))
     try:
         _write_files(tmp, inp, within(rows, tmp / "data"), summary, derived)
+        write_json(tmp / ESTIMATE_FILE, {"dataset": inp.name, **result["estimate"]})
         _check_as_the_workflow_will(tmp)
         if target.is_dir():
             target.rmdir()  # empty (checked above); rename cannot replace a folder on every platform
@@ -143,7 +147,21 @@ def _write_workspace(target: Path, inp: Inputs, progress, staging: Path | None) 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return plan(inp, rows, how, synthetic, summary, derived)
+    return result
+
+
+def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, progress):
+    """The heavy stages timed on the user's samples (.timing), with the settings the workspace will run."""
+    from .estimate import _repo_params, _spacing_of, astra_installed
+    from .timing import measure_costs
+
+    params = _repo_params()["relict"]
+    features = dict(params["features"])
+    if astra_installed():  # what derived_defaults will write
+        features["extractor"] = "astra_resnet152"
+    first = next(iter(synthetic.values()))
+    return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
+                         progress=progress)
 
 
 def _check_as_the_workflow_will(folder: Path) -> None:

@@ -1,0 +1,75 @@
+"""init's time estimate beside the measured job times (issue 47): the drift, stage by stage.
+
+Why: an estimate nobody checks drifts unseen (a 1.5 mm head CT's alignment was estimated at 0.1 h and
+took about an hour). ``synthaudit init`` writes its estimate per stage to ``data/estimate.json``; the
+workflow's jobs write Snakemake benchmark files (``benchmarks/<rule>/...``: wall seconds per job). The
+verdict sets the two side by side, summing the jobs of each stage as the estimate counts them
+(job-seconds, each job on its own threads, whatever ran in parallel).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..io import read_tsv
+from ..resources import ESTIMATE_FILE
+
+IMAGE_MEASURES = ("mae", "rmse", "ssim")
+
+# the benchmark files of each estimated stage ({d}: the dataset); the names are estimate.py's
+STAGE_BENCHMARKS = {
+    "image level (MAE, RMSE, SSIM)": [f"{rule}/{{d}}/{m}{tail}" for rule in ("relict_measure", "relict_heldout_measure",
+                                                                               "relict_matched_measure")
+                                      for m in IMAGE_MEASURES for tail in (".tsv", "/*.tsv")],
+    "feature level (embedding)": ["embed/{d}/*.tsv"],
+    "alignment": ["relict_align/{d}.tsv", "relict_matched_align/{d}.tsv"],
+    "FRD radiomics": ["radiomics/{d}/*.tsv"],
+}
+
+
+def measured_seconds(root: str | Path, dataset: str) -> dict[str, float]:
+    """Job-seconds per stage from the benchmark files (a stage without any file is left out)."""
+    base = Path(root) / "benchmarks"
+    out = {}
+    for stage, patterns in STAGE_BENCHMARKS.items():
+        files = sorted({p for pattern in patterns for p in base.glob(pattern.format(d=dataset))})
+        if files:
+            out[stage] = sum(float(r["s"]) for f in files for r in read_tsv(f))
+    return out
+
+
+def estimate_rows(root: str | Path, dataset: str) -> list[dict] | None:
+    """Per estimated stage: estimated and measured seconds and their ratio; None without an estimate
+    for this dataset (the demo, or params written by hand)."""
+    path = Path(root) / ESTIMATE_FILE
+    if not path.is_file():
+        return None
+    est = json.loads(path.read_text())
+    if est.get("dataset") != dataset:
+        return None
+    measured = measured_seconds(root, dataset)
+    rows = []
+    for stage, seconds in est["stages_s"].items():
+        got = measured.get(stage)
+        rows.append({"stage": stage, "estimated_s": float(seconds), "measured_s": got,
+                     "ratio": got / seconds if got is not None and seconds > 0 else None})
+    return rows
+
+
+def estimate_lines(root: str | Path, dataset: str) -> list[str]:
+    """The verdict's lines: one item, then one sub-item per stage (minutes, and measured / estimated)."""
+    rows = estimate_rows(root, dataset)
+    if not rows:
+        return []
+    est = json.loads((Path(root) / ESTIMATE_FILE).read_text())
+    head = (f"  time, init's estimate against the run's jobs (job-minutes; {est.get('how')}"
+            + (f", {est['machine']}" if est.get("machine") else "") + "):")
+    lines = [head]
+    for r in rows:
+        if r["measured_s"] is None:
+            lines.append(f"    {r['stage']}: estimated {r['estimated_s'] / 60:.1f}, not run")
+        else:
+            lines.append(f"    {r['stage']}: estimated {r['estimated_s'] / 60:.1f}, measured {r['measured_s'] / 60:.1f}"
+                         + (f" ({r['ratio']:.2f}x)" if r["ratio"] is not None else ""))
+    return lines

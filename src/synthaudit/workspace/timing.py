@@ -1,0 +1,151 @@
+"""What the heavy stages cost per unit on *this* machine and *this* grid, for init's plan (issue 47).
+
+Why: init's estimate was constants measured at 1 mm on the development machine, scaled by voxels.
+Neither the cost per voxel nor the machine carries over: the alignment's per-pair cost depends on
+whether the grid has a coarse stage (a 1.5 mm head CT's 4,200 pairs were estimated at 0.1 h and took
+about an hour), the encoder's does not scale with voxels alone, and another CPU's vector units change
+every figure. So init times one small piece of each stage on the user's own samples (they are on the
+grid the audit runs on, registered or not) with the job's thread count, and scales by the counts of
+the plan: the image level per pair, the encoder per volume, the alignment per synthetic volume and per
+aligned pair. About 10-40 s on 2 cores; ``--no-timing`` keeps the constants (:func:`constant_costs`).
+The estimate is for this machine: on a cluster, run init where the jobs run, or read it as relative.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+
+THREADS = 2  # the default profile's threads per heavy job (workflow/profiles/default)
+
+
+@dataclass
+class Costs:
+    """Seconds of one unit of work per stage (one job of ``threads`` threads)."""
+
+    image_pair_s: float  # MAE, RMSE and SSIM of one (synthetic, training) pair
+    embedding_s: float  # one volume through the feature level's encoder
+    embedding_start_s: float  # once per embedding job (its first call)
+    align_pair_s: float  # one aligned candidate pair (the coarse-to-fine or full-resolution search)
+    align_volume_s: float  # per aligned volume, whatever its candidates (pre-selection, closest-pair refinement)
+    how: str  # "measured on this machine ..." or "constants ..."
+    machine: str
+    threads: int = THREADS
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def machine() -> str:
+    """The CPU, as the estimate's reader needs to know whose it is."""
+    name = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    return f"{name}, {os.cpu_count()} CPUs"
+
+
+def constant_costs(shape: Sequence[int], astra: bool, coarse_stage: bool) -> Costs:
+    """The development machine's constants (estimate.py), scaled by the grid's voxels: the fallback
+    where nothing is timed (``--no-timing``, or fewer than two samples to time)."""
+    from . import estimate as e
+
+    scale = float(np.prod(shape)) / e.VOXELS_1MM
+    per_align = e.SECONDS_PER_ALIGNED_PAIR_1MM if coarse_stage else e.SECONDS_PER_ALIGNED_PAIR_FULL_1MM
+    return Costs(image_pair_s=e.SECONDS_PER_PAIR_1MM * scale,
+                 embedding_s=(e.SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else e.SECONDS_PER_EMBEDDING_1MM) * scale,
+                 embedding_start_s=0.0, align_pair_s=per_align * scale, align_volume_s=0.0,
+                 how="constants of the development machine scaled by voxels (docs/benchmarks.md; not timed here)",
+                 machine=machine())
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict, spacing_mm: Sequence[float],
+                  threads: int = THREADS, progress: Callable[[str], None] = print) -> Costs:
+    """Time each heavy stage on up to five of the user's samples (the audit's grid).
+
+    - image level: MAE, RMSE and SSIM of the first two against the next three (the engine the jobs
+      run), after one warm-up pair (numba compiles its kernels once per machine);
+    - encoder: one volume through ``features``' extractor (loaded first, not timed), after three calls
+      on a 24^3 crop: what the first two cost above the third is the job's start-up;
+    - alignment (``alignment``: relict.alignment): the first sample against 2 and then 4 others with
+      the workflow's search (pre-selection, the coarse-to-fine or full-resolution search, the
+      closest pairs' refinement); the difference is the per-pair cost, the rest the per-volume one.
+    """
+    from ..features import extractor_from_config
+    from ..io import load_volume
+    from ..relict import alignment as al
+    from ..relict.image_measures import all_pairs_image_measures
+
+    paths = list(samples)[:5]
+    vols = [load_volume(p)[0] for p in paths]
+    while len(vols) < 5:  # a set of 2-4 samples: repeat them (the cost is the same)
+        vols.append(vols[len(vols) % len(paths)])
+    affine = np.diag(list(map(float, spacing_mm)) + [1.0])
+    rng = float(max(v.max() for v in vols) - min(v.min() for v in vols)) or 1.0
+    progress(f"timing the heavy stages on {len(paths)} of your samples ({' x '.join(map(str, vols[0].shape))}, "
+             f"{threads} threads; --no-timing skips this) ...")
+    syn, train = np.stack(vols[:2]), np.stack(vols[2:])
+    with _torch_threads(threads):
+        all_pairs_image_measures(syn[:1, :12, :12, :12].copy(), train[:1, :12, :12, :12].copy(), ["mae", "rmse", "ssim"],
+                                 data_range=rng, threads=threads, device="cpu")
+        t0 = time.perf_counter()
+        all_pairs_image_measures(syn, train, ["mae", "rmse", "ssim"], data_range=rng, threads=threads, device="cpu")
+        image_pair = (time.perf_counter() - t0) / (len(syn) * len(train))
+
+        extractor = extractor_from_config(dict(features, device="cpu"))
+        crop = np.ascontiguousarray(vols[0][:24, :24, :24])
+        calls = []
+        for _ in range(3):  # the first calls' start-up (thread pool, lazy initialisation): once per job
+            t0 = time.perf_counter()
+            extractor.embed_many([crop])
+            calls.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        extractor.embed_many([vols[0]])
+        embedding = time.perf_counter() - t0
+
+    space = al.SearchSpace.from_params(alignment["search"])
+    factor = al.refine_factor(alignment.get("coarse_mm"), spacing_mm)
+    keys = [f"v{i}" for i in range(5)]
+    by_key = dict(zip(keys, vols))
+
+    def loaded(key):
+        return by_key[key], affine
+
+    def align(k: int) -> float:
+        start = time.perf_counter()
+        pre = al.preselect_factor(float(alignment["preselect_block_mm"]), vols[0].shape, spacing_mm, space, 1e9)
+        cand, hyp, sp, background = al.preselect_volumes(keys[:1], keys[1:1 + k], loaded, space, k, pre,
+                                                         n_hypotheses=int(alignment["hypotheses"]), workers=threads)
+        al.align_candidates_ranked(keys[:1], keys[1:1 + k], loaded, cand, hyp, space, sp, workers=threads,
+                                   factor=factor, background=background, keep=k)
+        return time.perf_counter() - start
+
+    align(1)  # numba's kernels compiled (cached once per machine), the rotation tables built
+    two, four = align(2), align(4)
+    per_pair = max((four - two) / 2, 0.25 * four / 4)
+    per_volume = max(four - 4 * per_pair, 0.0)
+    return Costs(image_pair_s=image_pair, embedding_s=embedding, embedding_start_s=calls[0] + calls[1] - 2 * calls[2],
+                 align_pair_s=per_pair, align_volume_s=per_volume,
+                 how=f"measured on this machine by init on {len(paths)} of your samples", machine=machine(),
+                 threads=threads)

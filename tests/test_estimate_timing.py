@@ -1,0 +1,76 @@
+"""init's time estimate (issue 47): the stages timed on the user's samples, written to data/estimate.json,
+and set beside the run's benchmark files in the verdict."""
+
+import json
+
+import pytest
+
+from synthaudit.review.timing import estimate_lines, estimate_rows, measured_seconds
+from synthaudit.workspace import Inputs, write_workspace
+from synthaudit.workspace.timing import constant_costs
+from test_workspace import _folders
+
+
+def _bench(root, rel, seconds):
+    path = root / "benchmarks" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("s\th:m:s\tmax_rss\n" + "".join(f"{s}\t0:00:01\t100\n" for s in seconds))
+
+
+def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data/estimate.json").write_text(json.dumps({
+        "dataset": "audit", "how": "measured on this machine by init on 5 of your samples", "machine": "CPU X, 2 CPUs",
+        "stages_s": {"image level (MAE, RMSE, SSIM)": 60.0, "feature level (embedding)": 120.0, "alignment": 600.0,
+                     "FRD radiomics": 30.0}}))
+    _bench(tmp_path, "relict_measure/audit/mae/s0-t0.tsv", [10])
+    _bench(tmp_path, "relict_measure/audit/mae/s1-t0.tsv", [5])
+    _bench(tmp_path, "relict_measure/audit/ssim/s0-t0.tsv", [30])
+    _bench(tmp_path, "relict_measure/audit/ncc/s0-t0.tsv", [99])  # not an estimated measure
+    _bench(tmp_path, "relict_matched_measure/audit/rmse.tsv", [15])
+    _bench(tmp_path, "embed/audit/train.tsv", [100])
+    _bench(tmp_path, "embed/audit/synthetic.tsv", [80])
+    _bench(tmp_path, "relict_align/audit.tsv", [900])
+    _bench(tmp_path, "relict_matched_align/audit.tsv", [300])
+    _bench(tmp_path, "embed/other/train.tsv", [1000])  # another dataset
+    got = measured_seconds(tmp_path, "audit")
+    assert got == {"image level (MAE, RMSE, SSIM)": 60.0, "feature level (embedding)": 180.0, "alignment": 1200.0}
+    rows = {r["stage"]: r for r in estimate_rows(tmp_path, "audit")}
+    assert rows["alignment"]["ratio"] == pytest.approx(2.0) and rows["FRD radiomics"]["measured_s"] is None
+    lines = estimate_lines(tmp_path, "audit")
+    assert lines[0].startswith("  time, init's estimate against the run's jobs") and "CPU X, 2 CPUs" in lines[0]
+    assert "    alignment: estimated 10.0, measured 20.0 (2.00x)" in lines
+    assert "    FRD radiomics: estimated 0.5, not run" in lines
+    assert estimate_rows(tmp_path, "other") is None  # the estimate is the audit's only
+    (tmp_path / "data/estimate.json").unlink()
+    assert estimate_lines(tmp_path, "audit") == []  # the demo: no estimate, no line
+
+
+def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
+    d = _folders(tmp_path / "in")
+    inp = Inputs(training=d / "training", heldout=d / "heldout", synthetic=d / "synthetic", registered=True,
+                 patient_pattern=r"^(pat\d+)_", timing=True)
+    said = []
+    plan = write_workspace(tmp_path / "ws", inp, progress=said.append)
+    est = json.loads((tmp_path / "ws/data/estimate.json").read_text())
+    assert est == {"dataset": "audit", **plan["estimate"]}
+    assert est["how"].startswith("measured on this machine") and "CPUs" in est["machine"]
+    costs = est["costs"]
+    assert all(costs[k] > 0 for k in ("image_pair_s", "embedding_s", "align_pair_s")), costs
+    assert {"image level (MAE, RMSE, SSIM)", "feature level (embedding)", "alignment"} <= set(est["stages_s"])
+    # the stages are the counts of the plan times the unit costs
+    n_syn, n_real = 5, 16
+    assert est["stages_s"]["image level (MAE, RMSE, SSIM)"] == pytest.approx(
+        plan["search"]["pairs"] * costs["image_pair_s"], abs=0.06)
+    assert est["stages_s"]["feature level (embedding)"] == pytest.approx(
+        (n_syn + n_real) * costs["embedding_s"] + 3 * costs["embedding_start_s"], abs=0.06)
+    assert any(m.startswith("timing the heavy stages on 5 of your samples") for m in said)
+    # without timing: the constants, said so
+    plain = write_workspace(tmp_path / "ws2", Inputs(**{**inp.__dict__, "timing": False}), progress=lambda m: None)
+    assert plain["estimate"]["how"].startswith("constants of the development machine scaled by voxels")
+
+
+def test_grids_without_a_coarse_stage_cost_more_per_aligned_pair():
+    fine = constant_costs([121, 145, 121], astra=False, coarse_stage=True)
+    full = constant_costs([121, 145, 121], astra=False, coarse_stage=False)
+    assert full.align_pair_s > 10 * fine.align_pair_s
