@@ -7,7 +7,7 @@ import pytest
 
 from synthaudit.review.timing import estimate_lines, estimate_rows, measured_seconds
 from synthaudit.workspace import Inputs, write_workspace
-from synthaudit.workspace.timing import constant_costs
+from synthaudit.workspace.estimate import constant_costs
 from test_workspace import _folders
 
 
@@ -56,15 +56,17 @@ def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
     assert est == {"dataset": "audit", **plan["estimate"]}
     assert est["how"].startswith("measured on this machine") and "CPUs" in est["machine"]
     costs = est["costs"]
-    assert all(costs[k] > 0 for k in ("image_pair_s", "embedding_s", "align_pair_s")), costs
+    assert all(costs[k] > 0 for k in ("read_s", "embedding_s", "align_pair_s", "radiomics_s")), costs
+    assert costs["image_pair_s"] >= 0
     assert {"image level (MAE, RMSE, SSIM)", "feature level (embedding)", "alignment"} <= set(est["stages_s"])
     # the stages are the counts of the plan times the unit costs
     n_syn, n_real = 5, 16
     assert est["stages_s"]["image level (MAE, RMSE, SSIM)"] == pytest.approx(
-        plan["search"]["pairs"] * costs["image_pair_s"], abs=0.06)
+        plan["search"]["pairs"] * costs["image_pair_s"] + 6 * 10 * costs["read_s"], abs=0.06)
     assert est["stages_s"]["feature level (embedding)"] == pytest.approx(
         (n_syn + n_real) * costs["embedding_s"] + 3 * costs["embedding_start_s"], abs=0.06)
     assert any(m.startswith("timing the heavy stages on 5 of your samples") for m in said)
+    assert est["stages_s"]["FRD radiomics"] == pytest.approx((n_syn + n_real) * costs["radiomics_s"] / 2, abs=0.06)
     # without timing: the constants, said so
     plain = write_workspace(tmp_path / "ws2", Inputs(**{**inp.__dict__, "timing": False}), progress=lambda m: None)
     assert plain["estimate"]["how"].startswith("constants of the development machine scaled by voxels")
@@ -74,3 +76,35 @@ def test_grids_without_a_coarse_stage_cost_more_per_aligned_pair():
     fine = constant_costs([121, 145, 121], astra=False, coarse_stage=True)
     full = constant_costs([121, 145, 121], astra=False, coarse_stage=False)
     assert full.align_pair_s > 10 * fine.align_pair_s
+
+
+def test_benchmarks_md_quotes_the_committed_coarse_stage_bench():
+    """docs/benchmarks.md's 1.5 mm alignment section states results/bench/alignment_coarse_ct.json's numbers."""
+    from workflow_helpers import ROOT
+
+    r = json.loads((ROOT / "results/bench/alignment_coarse_ct.json").read_text())
+    text = (ROOT / "docs/benchmarks.md").read_text()
+    section = text[text.index("### Alignment at 1.5 mm"):text.index("## The CVAE's loss")]
+    for value in (r["seconds"]["ssim"], r["seconds"]["align_coarse_3mm"], r["per_pair_s"]["coarse_3mm"],
+                  r["per_pair_s"]["full_resolution"], f"{r['align_coarse_over_ssim']}x SSIM",
+                  f"{r['reference']['max_ratio_difference']['mae']:.4f}"):
+        assert str(value) in section, value
+    assert r["per_pair_s"]["coarse_3mm"] < r["per_pair_s"]["full_resolution"]
+    speedup = r["per_pair_s"]["full_resolution"] / r["per_pair_s"]["coarse_3mm"]
+    assert f"{speedup:.1f}x faster than at full resolution" in (ROOT / "docs/augmentation.md").read_text()
+    assert r["reference"]["same_closest"] == {"mae": r["reference"]["rows"], "rmse": r["reference"]["rows"]}
+
+
+def test_a_failure_to_time_falls_back_to_the_constants_and_init_goes_on(tmp_path, monkeypatch):
+    import synthaudit.workspace.timing as timing
+
+    def broken(*args, **kwargs):
+        raise MemoryError("no room for the encoder")
+
+    monkeypatch.setattr(timing, "measure_costs", broken)
+    d = _folders(tmp_path / "in")
+    said = []
+    plan = write_workspace(tmp_path / "ws", Inputs(training=d / "training", synthetic=d / "synthetic", registered=True,
+                                                   timing=True), progress=said.append)
+    assert any("timing failed (MemoryError: no room for the encoder)" in m for m in said)
+    assert plan["estimate"]["how"].startswith("constants") and (tmp_path / "ws/data/estimate.json").is_file()

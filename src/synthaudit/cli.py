@@ -235,7 +235,7 @@ def main(argv=None) -> int:
     i.add_argument("--classes", nargs="+", help="names of label values 1, 2, ... (default class1, ...)")
     i.add_argument("--name", default="audit", help="the dataset's name in params.yaml and results/")
     i.add_argument("--no-timing", action="store_true", help="skip timing the heavy stages on your samples "
-                   "(10-40 s): the estimate then uses constants measured elsewhere")
+                   "(up to about a minute): the estimate then uses constants measured elsewhere")
     i.set_defaults(func=_init)
     v = sub.add_parser("validate", help="check params.yaml and the datasets it names")
     v.add_argument("params", nargs="?", default="params.yaml")

@@ -4,12 +4,14 @@ cost plan it prints, with the search the workflow will choose (relict.search.sea
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
 from .. import resources
 from .checks import intensity_warning
 from .discover import Inputs, MIN_HELDOUT_AT_5_PERCENT
+from .timing import Costs, machine
 
 
 # measured on the 2-core development machine (docs/benchmarks.md): per pair of 182 x 218 x 182
@@ -95,6 +97,18 @@ def radiomics_seconds(shape: list[int], spacing_mm: list[float]) -> float:
     return RADIOMICS_SECONDS_FIXED + RADIOMICS_SECONDS_PER_MVOXEL_2MM * voxels_2mm / 1e6
 
 
+def constant_costs(shape: Sequence[int], astra: bool, coarse_stage: bool) -> Costs:
+    """The development machine's constants (estimate.py), scaled by the grid's voxels: the fallback
+    where nothing is timed (``--no-timing``)."""
+    scale = float(np.prod(shape)) / VOXELS_1MM
+    per_align = SECONDS_PER_ALIGNED_PAIR_1MM if coarse_stage else SECONDS_PER_ALIGNED_PAIR_FULL_1MM
+    return Costs(image_pair_s=SECONDS_PER_PAIR_1MM * scale, read_s=0.0,
+                 embedding_s=(SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM) * scale,
+                 embedding_start_s=0.0, align_pair_s=per_align * scale, align_volume_s=0.0, radiomics_s=None,
+                 how="constants of the development machine scaled by voxels (docs/benchmarks.md; not timed here)",
+                 machine=machine())
+
+
 def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict, costs=None) -> dict:
     """The values ``init`` derives from the user's data instead of taking the demo's (issue 29).
 
@@ -139,8 +153,6 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     # volume over the whole group, ~2.5x the per-pair cost (the demo: 0.15 against 0.06 s per pair)
     sample = int(params["recall"]["sample"]) if k < n_train else 0
     check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
-    from .timing import constant_costs
-
     costs = costs or constant_costs(shape, astra_installed(), refine > 1)
     aligned_volumes = n_synthetic + n_heldout + min(sample, n_synthetic) + min(sample, n_heldout)
     seconds = (aligned_volumes * costs.align_volume_s
@@ -155,7 +167,8 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     n_blocks = BlockGrid.from_mm(shape, spacing, float(local_cfg["block_mm"]), clamp=True).n_blocks
     local_gb = n_queries * 4 * (2 * float(np.prod(shape)) + max(n, 1) * n_blocks) / 2 ** 30
     # FRD (fidelity.frd): every training, held-out and synthetic volume once, in the rule's 2 processes
-    frd_hours = (n_train + n_heldout + n_synthetic) * radiomics_seconds(shape, spacing) / 2 / 3600
+    per_radiomics = costs.radiomics_s if costs.radiomics_s is not None else radiomics_seconds(shape, spacing)
+    frd_hours = (n_train + n_heldout + n_synthetic) * per_radiomics / 2 / 3600
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "frd_on": frd_hours <= FRD_BUDGET_HOURS, "frd_hours": frd_hours, "n_synthetic": n_synthetic,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
@@ -217,7 +230,8 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
     costs = (derived or {}).get("costs")
     if costs:
         splits = 2 + bool(heldout)  # one embedding job per split (training, held-out, synthetic)
-        image_s = search["pairs"] * costs["image_pair_s"]
+        # each image measure's jobs (the synthetic set's, the held-out scans') read every training volume
+        image_s = search["pairs"] * costs["image_pair_s"] + 3 * (1 + bool(heldout)) * len(train) * costs["read_s"]
         feature_s = volumes * costs["embedding_s"] + splits * costs["embedding_start_s"]
     else:
         per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM

@@ -261,7 +261,12 @@ def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "d
         _set(doc, "relict.alignment.datasets", [],
              f"off (init): {estimate}, above {_limits.ALIGNMENT_BUDGET_HOURS:g} h; [{name}] searches flipped, "
              "shifted and rotated copies (the verdict says they were not)")
-    if d.get("alignment_rank_candidates"):
+    if d["alignment_candidates"] >= d["n_train"]:
+        _set(doc, "relict.alignment.candidates", d["alignment_candidates"],
+             f"K = every training scan (init: {d['n_train']}, no more than "
+             + (f"{ALIGNMENT_RANKED_KEEP_PER_N:g}" if d.get("alignment_coarse_stage") else f"{ALIGNMENT_CANDIDATES_PER_N}")
+             + " x n_closest): every pair aligned, the ratio exact by construction")
+    elif d.get("alignment_rank_candidates"):
         _set(doc, "relict.alignment.candidates", d["alignment_candidates"],
              f"K = {ALIGNMENT_RANKED_KEEP_PER_N:g} x n_closest (init): the best of rank_candidates by the coarse "
              "search, aligned at full resolution (the 2 mm ranking needed up to 1.5n; docs/benchmarks.md)")

@@ -7,7 +7,7 @@ about an hour), the encoder's does not scale with voxels alone, and another CPU'
 every figure. So init times one small piece of each stage on the user's own samples (they are on the
 grid the audit runs on, registered or not) with the job's thread count, and scales by the counts of
 the plan: the image level per pair, the encoder per volume, the alignment per synthetic volume and per
-aligned pair. About 10-40 s on 2 cores; ``--no-timing`` keeps the constants (:func:`constant_costs`).
+aligned pair, FRD per volume. About 10 s on a small grid, a minute at 1.5 mm, on 2 cores; ``--no-timing`` keeps the constants (``estimate.constant_costs``).
 The estimate is for this machine: on a cluster, run init where the jobs run, or read it as relative.
 """
 
@@ -31,10 +31,12 @@ class Costs:
     """Seconds of one unit of work per stage (one job of ``threads`` threads)."""
 
     image_pair_s: float  # MAE, RMSE and SSIM of one (synthetic, training) pair
+    read_s: float  # one volume file read (every image-level job reads each training volume)
     embedding_s: float  # one volume through the feature level's encoder
     embedding_start_s: float  # once per embedding job (its first call)
     align_pair_s: float  # one aligned candidate pair (the coarse-to-fine or full-resolution search)
     align_volume_s: float  # per aligned volume, whatever its candidates (pre-selection, closest-pair refinement)
+    radiomics_s: float | None  # FRD's PyRadiomics features of one volume in one process (None: not timed)
     how: str  # "measured on this machine ..." or "constants ..."
     machine: str
     threads: int = THREADS
@@ -54,20 +56,6 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} CPUs"
 
 
-def constant_costs(shape: Sequence[int], astra: bool, coarse_stage: bool) -> Costs:
-    """The development machine's constants (estimate.py), scaled by the grid's voxels: the fallback
-    where nothing is timed (``--no-timing``, or fewer than two samples to time)."""
-    from . import estimate as e
-
-    scale = float(np.prod(shape)) / e.VOXELS_1MM
-    per_align = e.SECONDS_PER_ALIGNED_PAIR_1MM if coarse_stage else e.SECONDS_PER_ALIGNED_PAIR_FULL_1MM
-    return Costs(image_pair_s=e.SECONDS_PER_PAIR_1MM * scale,
-                 embedding_s=(e.SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else e.SECONDS_PER_EMBEDDING_1MM) * scale,
-                 embedding_start_s=0.0, align_pair_s=per_align * scale, align_volume_s=0.0,
-                 how="constants of the development machine scaled by voxels (docs/benchmarks.md; not timed here)",
-                 machine=machine())
-
-
 @contextlib.contextmanager
 def _torch_threads(n: int):
     import torch
@@ -84,13 +72,14 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
                   threads: int = THREADS, progress: Callable[[str], None] = print) -> Costs:
     """Time each heavy stage on up to five of the user's samples (the audit's grid).
 
-    - image level: MAE, RMSE and SSIM of the first two against the next three (the engine the jobs
-      run), after one warm-up pair (numba compiles its kernels once per machine);
+    - image level: MAE, RMSE and SSIM of three samples against 2 and then 4 others (the engine the jobs
+      run), after a warm-up; the difference is the per-pair cost; and one file's read;
     - encoder: one volume through ``features``' extractor (loaded first, not timed), after three calls
       on a 24^3 crop: what the first two cost above the third is the job's start-up;
-    - alignment (``alignment``: relict.alignment): the first sample against 2 and then 4 others with
+    - alignment (``alignment``: relict.alignment): the first sample against 3 and then 6 others with
       the workflow's search (pre-selection, the coarse-to-fine or full-resolution search, the
-      closest pairs' refinement); the difference is the per-pair cost, the rest the per-volume one.
+      closest pairs' refinement); the difference is the per-pair cost, the rest the per-volume one;
+    - FRD: one sample's PyRadiomics features (the rule's function, in this one process).
     """
     from ..features import extractor_from_config
     from ..io import load_volume
@@ -105,13 +94,21 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     rng = float(max(v.max() for v in vols) - min(v.min() for v in vols)) or 1.0
     progress(f"timing the heavy stages on {len(paths)} of your samples ({' x '.join(map(str, vols[0].shape))}, "
              f"{threads} threads; --no-timing skips this) ...")
-    syn, train = np.stack(vols[:2]), np.stack(vols[2:])
+    t0 = time.perf_counter()
+    load_volume(paths[-1])
+    read = time.perf_counter() - t0
+    syn = np.stack(vols[:3])
     with _torch_threads(threads):
-        all_pairs_image_measures(syn[:1, :12, :12, :12].copy(), train[:1, :12, :12, :12].copy(), ["mae", "rmse", "ssim"],
-                                 data_range=rng, threads=threads, device="cpu")
-        t0 = time.perf_counter()
-        all_pairs_image_measures(syn, train, ["mae", "rmse", "ssim"], data_range=rng, threads=threads, device="cpu")
-        image_pair = (time.perf_counter() - t0) / (len(syn) * len(train))
+        def image(n_train: int) -> float:
+            start = time.perf_counter()
+            all_pairs_image_measures(syn, np.stack([vols[3 + k % 2] for k in range(n_train)]), ["mae", "rmse", "ssim"],
+                                     data_range=rng, threads=threads, device="cpu")
+            return time.perf_counter() - start
+
+        image(1)  # warm-up: numba compiles its kernels once per machine
+        # the jobs hold every synthetic volume and stream the training ones: the cost of one more training
+        # volume, per synthetic volume, is the per-pair cost (the call's own set-up cancels)
+        image_pair = max((image(4) - image(2)) / (2 * len(syn)), 0.0)
 
         extractor = extractor_from_config(dict(features, device="cpu"))
         crop = np.ascontiguousarray(vols[0][:24, :24, :24])
@@ -126,8 +123,8 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
 
     space = al.SearchSpace.from_params(alignment["search"])
     factor = al.refine_factor(alignment.get("coarse_mm"), spacing_mm)
-    keys = [f"v{i}" for i in range(5)]
-    by_key = dict(zip(keys, vols))
+    keys = [f"v{i}" for i in range(7)]  # the first against up to 6 others (the samples repeated)
+    by_key = {key: vols[1 + (i - 1) % 4] if i else vols[0] for i, key in enumerate(keys)}
 
     def loaded(key):
         return by_key[key], affine
@@ -141,11 +138,19 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
                                    factor=factor, background=background, keep=k)
         return time.perf_counter() - start
 
+    from ..fidelity.radiomics import features_of
+
+    t0 = time.perf_counter()  # FRD's PyRadiomics features of one volume (one process, as each of the rule's)
+    features_of(paths[0])
+    radiomics = time.perf_counter() - t0
+
     align(1)  # numba's kernels compiled (cached once per machine), the rotation tables built
-    two, four = align(2), align(4)
-    per_pair = max((four - two) / 2, 0.25 * four / 4)
-    per_volume = max(four - 4 * per_pair, 0.0)
-    return Costs(image_pair_s=image_pair, embedding_s=embedding, embedding_start_s=calls[0] + calls[1] - 2 * calls[2],
-                 align_pair_s=per_pair, align_volume_s=per_volume,
+    # 3 and 6 candidates: the closest three pairs' joint refinement (refine_top) costs the same in both,
+    # so the difference is 3 pairs' search
+    three, six = align(3), align(6)
+    per_pair = max((six - three) / 3, 0.1 * six / 6)
+    per_volume = max(three - 3 * per_pair, 0.0)
+    return Costs(image_pair_s=image_pair, read_s=read, embedding_s=embedding, embedding_start_s=calls[0] + calls[1] - 2 * calls[2],
+                 align_pair_s=per_pair, align_volume_s=per_volume, radiomics_s=radiomics,
                  how=f"measured on this machine by init on {len(paths)} of your samples", machine=machine(),
                  threads=threads)

@@ -160,8 +160,12 @@ def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, 
     if astra_installed():  # what derived_defaults will write
         features["extractor"] = "astra_resnet152"
     first = next(iter(synthetic.values()))
-    return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
-                         progress=progress)
+    try:
+        return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
+                             progress=progress)
+    except Exception as e:  # the estimate is advice: a failure to time (memory, a missing encoder) must not stop init
+        progress(f"  timing failed ({type(e).__name__}: {e}); the estimate uses the constants instead")
+        return None
 
 
 def _check_as_the_workflow_will(folder: Path) -> None:
