@@ -216,7 +216,7 @@ def _pct(v) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="synthaudit", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    i = sub.add_parser("init", help="make an audit folder from folders of NIfTI (training, synthetic, ...)")
+    i = sub.add_parser("init", help="make an audit folder from your folders (NIfTI, DICOM series, an nnU-Net dataset)")
     i.add_argument("audit_dir", help="the new folder (its params.yaml, manifest, Snakefile and results)")
     src = i.add_mutually_exclusive_group(required=True)
     src.add_argument("--training", help="folder of training NIfTI or DICOM series, a manifest TSV, or an nnU-Net "

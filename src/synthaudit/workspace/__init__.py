@@ -1,4 +1,4 @@
-"""`synthaudit init`: one folder per audit, made from the user's folders of NIfTI.
+"""`synthaudit init`: one folder per audit, made from the user's folders (NIfTI, DICOM series, nnU-Net raw).
 
 Why: the people synthaudit exists for have folders of scans (training, sometimes held-out,
 a generator's samples), not a demo configuration to edit. The Snakemake ecosystem's
@@ -11,7 +11,8 @@ the folders, a ``Snakefile`` that runs synthaudit's rules, a ``dvc.yaml`` and th
 Everything that can be checked before heavy work is checked here, naming the user's file.
 
 The package, by job: :mod:`.discover` (inputs), :mod:`.checks`, :mod:`.estimate` (derived
-settings and the cost plan), :mod:`.params_text` (params.yaml), :mod:`.write`.
+settings and the cost plan), :mod:`.timing` (the stages timed on the samples), :mod:`.params_text`
+(params.yaml), :mod:`.write`.
 """
 
 from .. import resources  # noqa: F401  (callers had it from here)

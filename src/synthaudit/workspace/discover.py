@@ -1,5 +1,6 @@
-"""The user's folders as one manifest: NIfTI files found, unreadable ones named, patients from a
-table or a pattern, case collisions refused."""
+"""The user's folders as one manifest: NIfTI files found (DICOM series converted first, an nnU-Net raw
+dataset read in place), unreadable ones named, patients from a table or a pattern, case collisions
+refused."""
 
 from __future__ import annotations
 
