@@ -7,7 +7,7 @@ import pytest
 
 from synthaudit.review.timing import estimate_lines, estimate_rows, measured_seconds
 from synthaudit.workspace import Inputs, write_workspace
-from synthaudit.workspace.estimate import constant_costs
+from synthaudit.workspace.estimate import JOB_START_S, constant_costs
 from test_workspace import _folders
 
 
@@ -62,11 +62,14 @@ def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
     # the stages are the counts of the plan times the unit costs
     n_syn, n_real = 5, 16
     assert est["stages_s"]["image level (MAE, RMSE, SSIM)"] == pytest.approx(
-        plan["search"]["pairs"] * costs["image_pair_s"] + 6 * 10 * costs["read_s"], abs=0.06)
-    assert est["stages_s"]["feature level (embedding)"] == pytest.approx(
-        (n_syn + n_real) * costs["embedding_s"] + 3 * costs["embedding_start_s"], abs=0.06)
+        plan["search"]["pairs"] * costs["image_pair_s"] + 2 * 10 * (costs["image_train_s"] + 3 * costs["read_s"])
+        + 3 * (n_syn + 2 * 6) * costs["read_s"] + 7 * JOB_START_S["image"], abs=0.06)
+    assert est["stages_s"]["feature level (embedding)"] == pytest.approx(  # the held-out scans' matched copies too
+        (n_syn + n_real + 6) * costs["embedding_s"] + 4 * (costs["embedding_start_s"] + JOB_START_S["embedding"]),
+        abs=0.06)
     assert any(m.startswith("timing the heavy stages on 5 of your samples") for m in said)
-    assert est["stages_s"]["FRD radiomics"] == pytest.approx((n_syn + n_real) * costs["radiomics_s"] / 2, abs=0.06)
+    assert est["stages_s"]["FRD radiomics"] == pytest.approx(
+        (n_syn + n_real) * costs["radiomics_s"] / 2 + 3 * JOB_START_S["radiomics"], abs=0.06)
     # without timing: the constants, said so
     plain = write_workspace(tmp_path / "ws2", Inputs(**{**inp.__dict__, "timing": False}), progress=lambda m: None)
     assert plain["estimate"]["how"].startswith("constants of the development machine scaled by voxels")
@@ -108,3 +111,22 @@ def test_a_failure_to_time_falls_back_to_the_constants_and_init_goes_on(tmp_path
                                                    timing=True), progress=said.append)
     assert any("timing failed (MemoryError: no room for the encoder)" in m for m in said)
     assert plan["estimate"]["how"].startswith("constants") and (tmp_path / "ws/data/estimate.json").is_file()
+
+
+def test_the_committed_real_anatomy_estimate_is_within_1_5x_as_benchmarks_md_says():
+    from workflow_helpers import ROOT
+
+    r = json.loads((ROOT / "results/bench/estimate_real_anatomy.json").read_text())
+    assert {row["stage"] for row in r["rows"]} == {"image level (MAE, RMSE, SSIM)", "feature level (embedding)",
+                                                   "alignment", "FRD radiomics"}
+    assert all(1 / 1.5 <= row["ratio"] <= 1.5 for row in r["rows"] + r["small_cohort_rows"]), r
+    small = [row["ratio"] for row in r["small_cohort_rows"]]
+    text = (ROOT / "docs/benchmarks.md").read_text()
+    for row in r["rows"]:
+        assert f"| {row['stage']} | {row['estimated_s'] / 60:.1f} | {row['measured_s'] / 60:.1f} | {row['ratio']:.2f} |" in text
+    timed = [row["ratio"] for row in r["rows"]]
+    constants = [row["ratio"] for row in r["constants_rows"]]
+    own = (ROOT / "docs/own_data.md").read_text()
+    assert (f"they were {min(constants):.1f}-{max(constants):.1f}x off per stage, the timed estimate "
+            f"{min(timed):.2f}-{max(timed):.2f}x") in " ".join(own.split())
+    assert f"stages came out {min(small):.2f}-{max(small):.2f}x" in " ".join(text.split())

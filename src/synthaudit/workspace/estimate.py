@@ -45,6 +45,13 @@ SECONDS_PER_ALIGNED_PAIR_FULL_1MM = 2.5
 ALIGNMENT_BUDGET_HOURS = 4.0
 
 
+# a job's start-up that does no work (Python, imports, the script's set-up), per job, from the tiny
+# cohort's benchmark files on the 2-core machine (bench/layouts cohort through init, 2026-11-28):
+# MAE/RMSE jobs 0.9 s, SSIM 2.2, alignment 2.3-2.9, radiomics 3.7, the encoder's 3.1-4.1 of which init
+# times the load and first calls, not the imports (2 s)
+JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 3.7, "embedding": 2.0}
+
+
 # K = this x n candidates aligned per synthetic volume on grids without a coarse stage: every
 # training volume aligned for six synthetic volumes of the NCCT bench cohort (make
 # bench-alignment-recall): unranked, K = n held 68-90 % of the exact 50 closest aligned distances
@@ -102,7 +109,7 @@ def constant_costs(shape: Sequence[int], astra: bool, coarse_stage: bool) -> Cos
     where nothing is timed (``--no-timing``)."""
     scale = float(np.prod(shape)) / VOXELS_1MM
     per_align = SECONDS_PER_ALIGNED_PAIR_1MM if coarse_stage else SECONDS_PER_ALIGNED_PAIR_FULL_1MM
-    return Costs(image_pair_s=SECONDS_PER_PAIR_1MM * scale, read_s=0.0,
+    return Costs(image_pair_s=SECONDS_PER_PAIR_1MM * scale, image_train_s=0.0, read_s=0.0,
                  embedding_s=(SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM) * scale,
                  embedding_start_s=0.0, align_pair_s=per_align * scale, align_volume_s=0.0, radiomics_s=None,
                  how="constants of the development machine scaled by voxels (docs/benchmarks.md; not timed here)",
@@ -155,7 +162,7 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     check_pairs = (min(sample, n_synthetic) + min(sample, n_heldout)) * n_train
     costs = costs or constant_costs(shape, astra_installed(), refine > 1)
     aligned_volumes = n_synthetic + n_heldout + min(sample, n_synthetic) + min(sample, n_heldout)
-    seconds = (aligned_volumes * costs.align_volume_s
+    seconds = ((1 + bool(n_heldout)) * JOB_START_S["alignment"] + aligned_volumes * costs.align_volume_s
                + (pairs + RECALL_CHECK_COST * check_pairs) * costs.align_pair_s
                + (n_synthetic + n_heldout) * (k_ranked - k) * SECONDS_PER_RANKED_PAIR_1MM * scale)
     # the local level holds every synthetic, held-out and control volume twice (raw and smoothed), and
@@ -168,7 +175,8 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     local_gb = n_queries * 4 * (2 * float(np.prod(shape)) + max(n, 1) * n_blocks) / 2 ** 30
     # FRD (fidelity.frd): every training, held-out and synthetic volume once, in the rule's 2 processes
     per_radiomics = costs.radiomics_s if costs.radiomics_s is not None else radiomics_seconds(shape, spacing)
-    frd_hours = (n_train + n_heldout + n_synthetic) * per_radiomics / 2 / 3600
+    frd_hours = ((n_train + n_heldout + n_synthetic) * per_radiomics / 2
+                 + (2 + bool(n_heldout)) * JOB_START_S["radiomics"]) / 3600
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "frd_on": frd_hours <= FRD_BUDGET_HOURS, "frd_hours": frd_hours, "n_synthetic": n_synthetic,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
@@ -229,10 +237,18 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
     astra = bool((derived or {}).get("extractor"))
     costs = (derived or {}).get("costs")
     if costs:
-        splits = 2 + bool(heldout)  # one embedding job per split (training, held-out, synthetic)
-        # each image measure's jobs (the synthetic set's, the held-out scans') read every training volume
-        image_s = search["pairs"] * costs["image_pair_s"] + 3 * (1 + bool(heldout)) * len(train) * costs["read_s"]
-        feature_s = volumes * costs["embedding_s"] + splits * costs["embedding_start_s"]
+        # one embedding job per split: training, synthetic and, with held-out scans, those scans and their
+        # noise-matched copies (the matched null)
+        splits = 2 + 2 * bool(heldout)
+        # the synthetic set's and the held-out scans' jobs read and filter every training volume once
+        jobs = 1 + bool(heldout)
+        # (per measure: MAE, RMSE, SSIM), and first read the volumes they hold
+        image_s = (search["pairs"] * costs["image_pair_s"]
+                   + jobs * len(train) * (costs["image_train_s"] + 3 * costs["read_s"])
+                   + 3 * (len(synthetic) + 2 * len(heldout)) * costs["read_s"]
+                   + (3 * jobs + bool(heldout)) * JOB_START_S["image"])
+        feature_s = ((volumes + len(heldout)) * costs["embedding_s"]
+                     + splits * (costs["embedding_start_s"] + JOB_START_S["embedding"]))
     else:
         per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM
         image_s, feature_s = search["pairs"] * SECONDS_PER_PAIR_1MM * scale, volumes * per_embedding * scale
