@@ -62,7 +62,7 @@ def test_init_nnunet_option_names_classes_and_takes_heldout_from_a_folder_given(
     d = _folders(tmp_path / "in")
     nn = _as_nnunet(d, tmp_path / "Dataset002_X", labels={"background": 0, "brain": 1})
     assert main(["init", str(tmp_path / "ws"), "--nnunet", str(nn), "--synthetic", str(d / "synthetic"),
-                 "--heldout", str(d / "heldout"), "--patient-pattern", r"^(pat\d+)_", "--registered"]) == 0
+                 "--heldout", str(d / "heldout"), "--patient-pattern", r"^(pat\d+)_", "--registered", "--no-timing"]) == 0
     out = capsys.readouterr().out
     assert "held-out scans from" in out and "imagesTs/ not used" in out
     rows = read_tsv(tmp_path / "ws/data/manifest.tsv")

@@ -88,6 +88,9 @@ def _user_dataset(tmp_path, layout):
     return wd, syn
 
 
+# whole audits of a user's nnU-Net dataset (about 45 s each): make test-e2e, so that make test stays under
+# 10 minutes on 2 cores (CI runs both; init's nnU-Net path is also in tests/test_nnunet_init.py)
+@pytest.mark.e2e
 @pytest.mark.parametrize("layout", ["nnunet"])  # the manifest layout runs end to end in the clamp test below
 def test_user_folder_of_registered_nifti(tmp_path, layout):
     wd, _ = _user_dataset(tmp_path, layout)
@@ -210,6 +213,7 @@ def test_snakemake_lint_is_clean(root):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.e2e
 def test_nnunet_predictions_and_filter_on_a_new_synthetic_set(tmp_path):
     """Segmentation from nnU-Net (a predictions folder, and a command following nnU-Net's
     -i/-o contract), and the paper's automation step: thresholds tuned on a rated

@@ -197,7 +197,7 @@ def test_init_warns_per_file_prints_writes_and_accepts_legal_oddities(tmp_path, 
     e = d / "synthetic" / "gen_e.nii.gz"
     save_volume(e, (nib.load(e).get_fdata() - 2.0) * 10 + 2.0, AFFINE)
     assert main(["init", str(tmp_path / "ws"), "--training", str(d / "training"), "--synthetic",
-                 str(d / "synthetic"), "--heldout", str(d / "heldout"), "--registered"]) == 0
+                 str(d / "synthetic"), "--heldout", str(d / "heldout"), "--registered", "--no-timing"]) == 0
     out = capsys.readouterr().out
     assert "WARNING: 4 input volume(s) accepted with a warning" in out
     expected = {"pat0_s0": ("train", "constant volume: every voxel is 2"),
@@ -399,7 +399,7 @@ def test_init_writes_valid_yaml_for_a_150_character_ratings_path_with_spaces(tmp
     code = main(["init", str(ws), "--training", str(d / "training"), "--synthetic", str(d / "synthetic"),
                  "--heldout", str(d / "heldout"), "--labels", str(d / "labels"), "--synthetic-labels",
                  str(d / "synthetic_labels"), "--registered", "--patient-pattern", r"^(pat\d+)_", "--modality", "mri",
-                 "--ratings", str(ratings), "--classes", "structure", "--name", "odd_audit"])
+                 "--ratings", str(ratings), "--classes", "structure", "--name", "odd_audit", "--no-timing"])
     assert code == 0, capsys.readouterr().err
     text = (ws / "params.yaml").read_text()
     raw = yaml.safe_load(text)  # valid YAML, every value whole
