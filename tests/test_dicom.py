@@ -261,3 +261,31 @@ def test_init_converts_dicom_folders_into_the_workspace_with_patients_from_patie
         write_workspace(tmp_path / "ws2", Inputs(training=d / "training", synthetic=d / "synthetic", registered=True),
                         progress=lambda m: None)
     assert not (tmp_path / "ws2").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_series_without_patient_id_are_refused_only_where_the_patients_come_from_them(tmp_path):
+    """A generator's samples carry no PatientID (or a dummy); real series without one are refused only
+    where init would take the patients from them (no --patient-pattern or --patient-ids)."""
+    from synthaudit.workspace import Inputs, write_workspace
+    from synthaudit.workspace.discover import WorkspaceError
+
+    vols = _dicom_folders(tmp_path)
+    d = tmp_path / "dicom"
+    anonymous = tmp_path / "anonymous"
+    for k, ((role, name, _), arr) in enumerate(vols.items()):
+        write_series(anonymous / role / name, arr, spacing=(2.0, 2.0, 2.0), patient="", uid=f"1.2.7.{k}")
+    assert dicom.find_series(anonymous / "synthetic" / "gen_a").patient_id == ""
+    # samples without PatientID beside real series with theirs: converted, the patients from the real ones
+    write_workspace(tmp_path / "ws", Inputs(training=d / "training", heldout=d / "heldout",
+                                            synthetic=anonymous / "synthetic", registered=True), progress=lambda m: None)
+    assert (tmp_path / "ws/data/converted/synthetic/gen_b.nii.gz").is_file()
+    # real series without PatientID: refused before anything is converted, unless a pattern gives the patients
+    with pytest.raises(WorkspaceError, match=rf"{anonymous / 'training'}: no PatientID \(0010,0020\) in 10 series"):
+        write_workspace(tmp_path / "ws2", Inputs(training=anonymous / "training", heldout=anonymous / "heldout",
+                                                 synthetic=d / "synthetic", registered=True), progress=lambda m: None)
+    write_workspace(tmp_path / "ws3", Inputs(training=anonymous / "training", heldout=anonymous / "heldout",
+                                             synthetic=d / "synthetic", registered=True,
+                                             patient_pattern=r"^(pat\d+)_"), progress=lambda m: None)
+    from synthaudit.io import read_tsv
+
+    assert {r["patient_id"] for r in read_tsv(tmp_path / "ws3/data/manifest.tsv")} == {f"pat{p}" for p in range(7)}

@@ -227,10 +227,12 @@ def series_folders(folder: str | Path) -> list[Path]:
     return [folder] if reader.GetGDCMSeriesIDs(str(folder)) else []
 
 
-def convert_folder(folder: str | Path, out: str | Path, progress=None) -> list[dict]:
+def convert_folder(folder: str | Path, out: str | Path, progress=None, patients: bool = True) -> list[dict]:
     """Every series of ``folder`` (:func:`series_folders`) to ``out/<id>.nii.gz``, and
     ``out/patients.tsv`` (id, patient_id from the series' PatientID) for init's --patient-ids.
-    Every series is checked before any is converted, so a refusal leaves nothing half done."""
+    Every series is checked before any is converted, so a refusal leaves nothing half done.
+    ``patients``: refuse series without a PatientID (False where the patients come from elsewhere,
+    or for a generator's samples; then no patients.tsv is written where one lacks it)."""
     from .sources import ID_PATTERN
 
     folder, out = Path(folder), Path(out)
@@ -242,17 +244,18 @@ def convert_folder(folder: str | Path, out: str | Path, progress=None) -> list[d
             raise DicomError(f"{s}: folder name {s.name!r} is not a usable id (letters, digits, '.', '_', '-'; "
                              "starting with a letter or digit): it names the volume")
     checked = {s: find_series(s) for s in found}  # every series before any is converted
+    missing = [s.name for s in found if not checked[s].patient_id]
+    if missing and patients:
+        raise DicomError(f"{folder}: no PatientID (0010,0020) in {len(missing)} series, e.g. {missing[0]}: give the "
+                         "patients with --patient-pattern or a table of your own")
     records = []
     for k, s in enumerate(found):
         r = convert(s, out / f"{s.name}.nii.gz", checked[s])
         records.append({"id": s.name, **r})
         if progress is not None:
             progress(f"{s.name}: {r['n_files']} slices, patient {r['patient_id'] or '?'} ({k + 1} of {len(found)})")
-    missing = [r["id"] for r in records if not r["patient_id"]]
-    if missing:
-        raise DicomError(f"{folder}: no PatientID (0010,0020) in {len(missing)} series, e.g. {missing[0]}: give the "
-                         "patients with --patient-pattern or a table of your own")
-    write_patients(out / "patients.tsv", records)
+    if not missing:
+        write_patients(out / "patients.tsv", records)
     return records
 
 

@@ -114,20 +114,23 @@ def convert_dicom_inputs(inp: Inputs, out: Path, progress=print) -> Inputs:
     from ..dicom import DicomError, convert_folder, write_patients
 
     changes, records = {}, []
+    real = [f for f in ("training", "heldout") if getattr(inp, f)]
+    # the series' PatientIDs are the patients only where every real-scan folder is DICOM and none are given
+    from_dicom = all(is_dicom_folder(getattr(inp, f)) for f in real) and not inp.patient_ids and not inp.patient_pattern
     for field_name, role in (("training", "training"), ("heldout", "heldout"), ("synthetic", "synthetic")):
         folder = getattr(inp, field_name)
         if not is_dicom_folder(folder):
             continue
         progress(f"converting the DICOM series of {folder} (the {role} folder) into the workspace ...")
         try:
-            got = convert_folder(folder, Path(out) / role, progress=lambda m: progress("  " + m))
+            got = convert_folder(folder, Path(out) / role, progress=lambda m: progress("  " + m),
+                                 patients=from_dicom and role != "synthetic")
         except DicomError as e:
             raise WorkspaceError(str(e)) from None
         changes[field_name] = Path(out) / role
         if role != "synthetic":
             records += got
-    real = [f for f in ("training", "heldout") if getattr(inp, f)]
-    if records and all(f in changes for f in real) and not inp.patient_ids and not inp.patient_pattern:
+    if records and from_dicom:
         table = Path(out) / "patients.tsv"
         write_patients(table, records)
         changes["patient_ids"] = table

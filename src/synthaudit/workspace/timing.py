@@ -109,7 +109,8 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
         image(1, 1)  # warm-up: numba compiles its kernels once per machine
         # the jobs hold every synthetic volume and stream the training ones: one more training volume costs
         # a (its own filtering, shared by the held volumes) + b per held volume; the call's set-up cancels.
-        # The best of two runs each, and differences of 4 x 4 pairs, so that b stands above the noise
+        # The best of two runs each, and differences of 24 pairs (b) and 4 training volumes (a + b), so that
+        # they stand above the timing noise
         def best(n_syn, n_train):
             return min(image(n_syn, n_train), image(n_syn, n_train))
 
