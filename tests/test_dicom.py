@@ -188,6 +188,10 @@ def test_convert_dicom_then_init_reads_the_volumes_and_patients(tmp_path, capsys
     # a bad series among good ones: refused before anything is written, naming it
     write_series(tmp_path / "bad" / "ok", _volume())
     write_series(tmp_path / "bad" / "gappy", _volume(), skip=(2,))
+    write_series(tmp_path / "samples" / "gen0", _volume(), patient="", uid="1.2.3.9")  # a generator's: no PatientID
+    assert main(["convert-dicom", str(tmp_path / "samples"), str(tmp_path / "samples_out")]) == 0
+    assert "no patients.tsv: 1 series without PatientID" in capsys.readouterr().out
+    assert (tmp_path / "samples_out/gen0.nii.gz").is_file() and not (tmp_path / "samples_out/patients.tsv").exists()
     assert main(["convert-dicom", str(tmp_path / "bad"), str(tmp_path / "bad_out")]) == 2
     assert f"{tmp_path / 'bad' / 'gappy'}: uneven slice spacing" in capsys.readouterr().err
     assert not (tmp_path / "bad_out").exists()

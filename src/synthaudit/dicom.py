@@ -277,11 +277,13 @@ def main(argv=None) -> int:
                                 "--patient-ids OUT/patients.tsv ...)")
     args = ap.parse_args(argv)
     try:
-        records = convert_folder(args.folder, args.out, progress=print)
+        records = convert_folder(args.folder, args.out, progress=print, patients=False)  # samples carry none
     except DicomError as e:
         print(f"synthaudit convert-dicom: {e}", file=sys.stderr)
         return 2
     seconds = sum(r["seconds"] for r in records)
+    missing = sum(not r["patient_id"] for r in records)
     print(f"{len(records)} series -> {args.out} ({seconds:.1f} s, {seconds / len(records):.2f} s per series); "
-          f"patients: {Path(args.out) / 'patients.tsv'}")
+          + (f"patients: {Path(args.out) / 'patients.tsv'}" if not missing else
+             f"no patients.tsv: {missing} series without PatientID (give the patients with --patient-pattern)"))
     return 0
