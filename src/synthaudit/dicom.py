@@ -183,6 +183,12 @@ def sources_digest(files: list[str]) -> str:
     return h.hexdigest()
 
 
+def record_of(volume: str | Path) -> Path:
+    """The ``.json`` :func:`convert` writes beside a converted volume (its source series)."""
+    volume = Path(volume)
+    return volume.with_name(volume.name.removesuffix(".gz").removesuffix(".nii") + ".json")
+
+
 def convert(folder: str | Path, out: str | Path, series: Series | None = None) -> dict:
     """One series folder to ``out`` (a .nii.gz), atomically, with ``out``'s ``.json`` beside it
     recording the source (folder, files, SHA-256, patient, series UID) and the time taken. A
@@ -196,7 +202,7 @@ def convert(folder: str | Path, out: str | Path, series: Series | None = None) -
     out = Path(out)
     series = series or find_series(folder)
     digest = sources_digest(series.files)
-    record_path = out.with_name(out.name.replace(".nii.gz", "") + ".json")
+    record_path = record_of(out)
     if out.is_file() and record_path.is_file():
         old = json.loads(record_path.read_text())
         if old.get("sha256") == digest:

@@ -91,6 +91,20 @@ def mode(environ=None) -> str:
     return value
 
 
+def cpu_model() -> str:
+    """The host CPU's model name (Linux ``/proc/cpuinfo``; the platform's word elsewhere)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
 @lru_cache(maxsize=1)
 def cpu_flags() -> frozenset[str]:
     """The host CPU's feature flags (Linux ``/proc/cpuinfo``; empty elsewhere)."""

@@ -257,22 +257,9 @@ def run(stages=None, progress: Callable[[str], None] | None = None) -> dict:
         seconds[name] = round(time.perf_counter() - start, 2)
         if progress is not None:
             progress(f"{name}: {digests[name]} ({seconds[name]} s)")
-    return {"numerics": numerics.provenance(), "machine": f"{_cpu_model()}, {numerics.host_isa()}",
+    return {"numerics": numerics.provenance(), "machine": f"{numerics.cpu_model()}, {numerics.host_isa()}",
             "aten": torch.backends.cpu.get_cpu_capability(),
             "onednn": bool(torch.backends.mkldnn.enabled), "digests": digests, "seconds": seconds}
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    import platform
-
-    return platform.processor() or platform.machine()
 
 
 def main(argv=None) -> int:

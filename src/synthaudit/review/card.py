@@ -54,7 +54,9 @@ def _manifest(root: Path) -> dict[str, list[dict]]:
 def _dicom_source(path: Path) -> dict | None:
     """The DICOM series a volume was converted from (init, synthaudit.dicom: the ``.json`` beside it),
     so that a reader holding the series, not the NIfTI, can check them against the card."""
-    record = path.with_name(path.name.removesuffix(".gz").removesuffix(".nii") + ".json")
+    from ..dicom import record_of
+
+    record = record_of(path)
     if not record.is_file():
         return None
     try:

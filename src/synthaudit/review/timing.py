@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ..io import read_tsv
 from ..resources import ESTIMATE_FILE
+from .tables import combine_benchmarks, read_benchmark
 
 IMAGE_MEASURES = ("mae", "rmse", "ssim")
 
@@ -34,19 +34,25 @@ def measured_seconds(root: str | Path, dataset: str) -> dict[str, float]:
     out = {}
     for stage, patterns in STAGE_BENCHMARKS.items():
         files = sorted({p for pattern in patterns for p in base.glob(pattern.format(d=dataset))})
-        if files:
-            out[stage] = sum(float(r["s"]) for f in files for r in read_tsv(f))
+        if files:  # tables.read_benchmark: repeats averaged, psutil's "-"/NA tolerated
+            out[stage] = combine_benchmarks([read_benchmark(f) for f in files])["s"]
     return out
 
 
-def estimate_rows(root: str | Path, dataset: str) -> list[dict] | None:
-    """Per estimated stage: estimated and measured seconds and their ratio; None without an estimate
-    for this dataset (the demo, or params written by hand)."""
+def _estimate(root: str | Path, dataset: str) -> dict | None:
+    """init's data/estimate.json where it is this dataset's (None: the demo, or params written by hand)."""
     path = Path(root) / ESTIMATE_FILE
     if not path.is_file():
         return None
     est = json.loads(path.read_text())
-    if est.get("dataset") != dataset:
+    return est if est.get("dataset") == dataset else None
+
+
+def estimate_rows(root: str | Path, dataset: str, est: dict | None = None) -> list[dict] | None:
+    """Per estimated stage: estimated and measured seconds and their ratio; None without an estimate
+    for this dataset. ``est``: the estimate, where the caller has read it."""
+    est = est or _estimate(root, dataset)
+    if est is None:
         return None
     measured = measured_seconds(root, dataset)
     rows = []
@@ -59,14 +65,13 @@ def estimate_rows(root: str | Path, dataset: str) -> list[dict] | None:
 
 def estimate_lines(root: str | Path, dataset: str) -> list[str]:
     """The verdict's lines: one item, then one sub-item per stage (minutes, and measured / estimated)."""
-    rows = estimate_rows(root, dataset)
-    if not rows:
+    est = _estimate(root, dataset)
+    if est is None:
         return []
-    est = json.loads((Path(root) / ESTIMATE_FILE).read_text())
     head = (f"  time, init's estimate against the run's jobs (job-minutes; {est.get('how')}"
             + (f", {est['machine']}" if est.get("machine") else "") + "):")
     lines = [head]
-    for r in rows:
+    for r in estimate_rows(root, dataset, est):
         if r["measured_s"] is None:
             lines.append(f"    {r['stage']}: estimated {r['estimated_s'] / 60:.1f}, not run")
         else:

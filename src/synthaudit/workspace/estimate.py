@@ -226,37 +226,33 @@ def _repo_params() -> dict:
     return fill_defaults(yaml.safe_load(resources.default_params().read_text()))
 
 
-def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict, derived: dict | None = None) -> dict:
+def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict, derived: dict) -> dict:
+    """What init prints and writes to data/estimate.json: the counts, the levels and the time per stage,
+    from ``derived`` (:func:`derived_defaults`: its unit costs, timed or the constants)."""
     train = [r for r in rows if r["role"] == "train"]
     heldout = [r for r in rows if r["role"] == "heldout"]
-    shape = summary["shape"] or [182, 218, 182]
-    scale = float(np.prod(shape)) / VOXELS_1MM if inp.registered else (91 * 109 * 91) / VOXELS_1MM
     pairs = (len(synthetic) + len(heldout)) * len(train)
-    search = _search_plan(len(synthetic), len(heldout), len(train), (derived or {}).get("n_closest"))
+    search = _search_plan(len(synthetic), len(heldout), len(train), derived["n_closest"])
     volumes = len(rows) + len(synthetic)
-    astra = bool((derived or {}).get("extractor"))
-    costs = (derived or {}).get("costs")
-    if costs:
-        # one embedding job per split: training, synthetic and, with held-out scans, those scans and their
-        # noise-matched copies (the matched null)
-        splits = 2 + 2 * bool(heldout)
-        # the synthetic set's and the held-out scans' jobs read and filter every training volume once
-        jobs = 1 + bool(heldout)
-        # (per measure: MAE, RMSE, SSIM), and first read the volumes they hold
-        image_s = (search["pairs"] * costs["image_pair_s"]
-                   + jobs * len(train) * (costs["image_train_s"] + 3 * costs["read_s"])
-                   + 3 * (len(synthetic) + 2 * len(heldout)) * costs["read_s"]
-                   + (3 * jobs + bool(heldout)) * JOB_START_S["image"])
-        feature_s = ((volumes + len(heldout)) * costs["embedding_s"]
-                     + splits * (costs["embedding_start_s"] + JOB_START_S["embedding"]))
-    else:
-        per_embedding = SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM
-        image_s, feature_s = search["pairs"] * SECONDS_PER_PAIR_1MM * scale, volumes * per_embedding * scale
+    astra = bool(derived.get("extractor"))
+    costs = derived["costs"]
+    # one embedding job per split: training, synthetic and, with held-out scans, those scans and their
+    # noise-matched copies (the matched null)
+    splits = 2 + 2 * bool(heldout)
+    # the synthetic set's and the held-out scans' jobs read and filter every training volume once
+    jobs = 1 + bool(heldout)
+    # (per measure: MAE, RMSE, SSIM), and first read the volumes they hold
+    image_s = (search["pairs"] * costs["image_pair_s"]
+               + jobs * len(train) * (costs["image_train_s"] + 3 * costs["read_s"])
+               + 3 * (len(synthetic) + 2 * len(heldout)) * costs["read_s"]
+               + (3 * jobs + bool(heldout)) * JOB_START_S["image"])
+    feature_s = ((volumes + len(heldout)) * costs["embedding_s"]
+                 + splits * (costs["embedding_start_s"] + JOB_START_S["embedding"]))
     seconds = image_s + feature_s
     stages = {"image level (MAE, RMSE, SSIM)": image_s, "feature level (embedding)": feature_s}
-    if derived and derived.get("alignment_on"):
+    if derived.get("alignment_on"):
         stages["alignment"] = derived["alignment_hours"] * 3600
-    if derived and derived.get("frd_on"):
+    if derived.get("frd_on"):
         stages["FRD radiomics"] = derived["frd_hours"] * 3600
     levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
               + " embeddings: RMSE, cosine)"]
@@ -268,7 +264,5 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
             "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs, "search": search,
             "estimate_cpu_minutes": round(seconds / 60, 1), "summary": summary,
             "estimate": {"stages_s": {k: round(v, 1) for k, v in stages.items()},
-                         "how": costs["how"] if costs else "constants scaled by voxels",
-                         "machine": costs["machine"] if costs else None,
-                         "costs": costs},
+                         "how": costs["how"], "machine": costs["machine"], "costs": costs},
             "warning": intensity_warning(summary), "derived": derived}

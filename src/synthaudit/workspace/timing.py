@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import platform
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -48,13 +47,9 @@ class Costs:
 
 def machine() -> str:
     """The CPU, as the estimate's reader needs to know whose it is."""
-    name = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    return f"{name}, {os.cpu_count()} CPUs"
+    from ..numerics import cpu_model
+
+    return f"{cpu_model()}, {os.cpu_count()} CPUs"
 
 
 @contextlib.contextmanager
@@ -93,7 +88,7 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     while len(vols) < 5:  # a set of 2-4 samples: repeat them (the cost is the same)
         vols.append(vols[len(vols) % len(paths)])
     affine = np.diag(list(map(float, spacing_mm)) + [1.0])
-    rng = float(max(v.max() for v in vols) - min(v.min() for v in vols)) or 1.0
+    data_range = float(max(v.max() for v in vols) - min(v.min() for v in vols)) or 1.0
     progress(f"timing the heavy stages on {len(paths)} of your samples ({' x '.join(map(str, vols[0].shape))}, "
              f"{threads} threads; --no-timing skips this) ...")
     t0 = time.perf_counter()
@@ -103,7 +98,7 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
         def image(n_syn: int, n_train: int) -> float:
             start = time.perf_counter()
             all_pairs_image_measures(np.stack(vols[:n_syn]), np.stack([vols[3 + k % 2] for k in range(n_train)]),
-                                     ["mae", "rmse", "ssim"], data_range=rng, threads=threads, device="cpu")
+                                     ["mae", "rmse", "ssim"], data_range=data_range, threads=threads, device="cpu")
             return time.perf_counter() - start
 
         image(1, 1)  # warm-up: numba compiles its kernels once per machine
