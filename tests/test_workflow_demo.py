@@ -375,11 +375,60 @@ def test_demo_anonymisation_writes_table_metrics_figures_and_a_shareable_decoder
     assert {r["haemorrhage_side"] for r in classes} == {"left", "right"} and len(classes) == 14
 
 
-def test_demo_rerun_does_nothing_and_report_builds(demo):
+@pytest.fixture(scope="module")
+def report(demo):
+    """The Snakemake report of the finished demo (built once for the module's tests)."""
+    snakemake(demo, extra=["--report", str(demo / "report.html")])
+    return demo / "report.html"
+
+
+def test_demo_rerun_does_nothing_and_report_builds(demo, report):
     proc = snakemake(demo, extra=["-n"])
     assert "Nothing to be done" in proc.stdout + proc.stderr
-    snakemake(demo, extra=["--report", str(demo / "report.html")])
-    assert (demo / "report.html").stat().st_size > 10_000
+    assert report.stat().st_size > 10_000
+
+
+# what the browser measures on the report's first page once React has drawn it: the description panel
+# (our verdict, workflow/report/workflow.rst), the menu beside it, the first figure of the verdict
+REPORT_PROBE = """
+<script>
+(function wait(tries) {
+  var prose = document.querySelector("#app div.prose");
+  if (!prose && tries > 0) { setTimeout(function () { wait(tries - 1); }, 250); return; }
+  var box = function (el) { var r = el.getBoundingClientRect();
+                            return {left: r.left, top: r.top, width: r.width, height: r.height, right: r.right}; };
+  var img = prose.querySelector("img");
+  var out = {viewport: window.innerWidth, nav: box(document.querySelector("#app nav")), prose: box(prose),
+             heading: prose.querySelector("h1").textContent, img: box(img), img_natural: img.naturalWidth};
+  var pre = document.createElement("pre"); pre.id = "layout"; pre.textContent = JSON.stringify(out);
+  document.body.appendChild(pre);
+})(40);
+</script>
+"""
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="Debian's chromium is not installed (.ci/run installs it where CI runs as root)")
+def test_report_front_page_shows_the_verdict_at_full_width_in_a_real_browser(report, tmp_path):
+    """Issue 46: the Snakemake report's first page is the verdict, readable there: the text and the first
+    figure across the panel beside the menu, starting inside the window (Snakemake's own layout gave it
+    a column of about 130 px beside the rule graph, centred so that its top and left were cut off)."""
+    probe = tmp_path / "report_probe.html"
+    page = report.read_text()
+    end = page.rindex("</body>")  # the last: the report's own scripts hold the string too
+    probe.write_text(page[:end] + REPORT_PROBE + page[end:])
+    chrome = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1800",
+              "--virtual-time-budget=15000"]
+    dom = subprocess.run(chrome + ["--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180)
+    found = re.search(r'<pre id="layout">(.*?)</pre>', dom.stdout, re.S)
+    assert found, dom.stderr[-2000:]
+    lay = json.loads(html.unescape(found.group(1)))
+    panel = lay["viewport"] - lay["nav"]["right"]  # the window beside the menu
+    assert lay["viewport"] == 1400 and panel > 900
+    assert lay["heading"] == "Verdict"
+    assert lay["prose"]["left"] >= lay["nav"]["right"] and lay["prose"]["top"] >= 0  # nothing cut off
+    assert lay["prose"]["width"] >= 0.9 * panel  # the verdict's text across the panel, not a column
+    assert lay["img_natural"] > 0 and lay["img"]["width"] >= 0.95 * lay["prose"]["width"]  # the figure too
 
 
 # ---- user data -------------------------------------------------------------
