@@ -41,6 +41,12 @@ def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(
     assert lines[0].startswith("  time, init's estimate against the run's jobs") and "CPU X, 2 CPUs" in lines[0]
     assert "    alignment: estimated 10.0, measured 20.0 (2.00x)" in lines
     assert "    FRD radiomics: estimated 0.5, not run" in lines
+    assert not any("not in the estimate" in line for line in lines)
+    # stages the estimate does not model: what they took, in one line, so the gap is visible
+    _bench(tmp_path, "privacy_train/audit/image/filter0.tsv", [120])
+    _bench(tmp_path, "privacy_train/audit/image/filter1.tsv", [60])
+    _bench(tmp_path, "relict_local/audit.tsv", [30])
+    assert estimate_lines(tmp_path, "audit")[-1] == "    not in the estimate: privacy filters' training 3.0, local level 0.5"
     assert estimate_rows(tmp_path, "other") is None  # the estimate is the audit's only
     (tmp_path / "data/estimate.json").unlink()
     assert estimate_lines(tmp_path, "audit") == []  # the demo: no estimate, no line
