@@ -225,3 +225,39 @@ def test_audit_reports_frd_on_radiomic_features_with_its_floor():
     plain = audit(replace(train, radiomics=None), replace(heldout, radiomics=None), near, SETTINGS, "test", "none")
     assert "frd" not in plain["synthetic"] and plain["frd"] is None
     assert plain["synthetic"]["frechet_distance"] == good["synthetic"]["frechet_distance"]
+
+
+def test_audit_reports_frd_within_each_label_class_with_its_floor():
+    """FRD per label class (fidelity.frd_classes): a class the samples render badly scores above its
+    floor while the whole-volume FRD and every other number stay as they were; a class no sample holds
+    is not computed (and counted); the verdict and the tracked metrics carry each class."""
+    from dataclasses import replace
+
+    from synthaudit.fidelity.audit import audit, summary_lines
+    from synthaudit.fidelity.metrics import metrics_entry
+
+    rng = np.random.default_rng(11)
+    train = _embedded(rng, 30, 5, [f"p{k // 2}" for k in range(30)])
+    heldout, near = _embedded(rng, 12, 5), _embedded(rng, 12, 5)
+    whole = {name: rng.normal(size=(n, 40)) for name, n in (("train", 30), ("heldout", 12), ("near", 12))}
+    per = {name: rng.normal(size=(n, 3, 40)) for name, n in (("train", 30), ("heldout", 12), ("near", 12))}
+    per["near"][:, 1] = rng.normal(loc=2.0, scale=2.0, size=(12, 40))  # the lesion rendered badly
+    per["near"][:, 2] = np.nan  # no sample holds the third class
+    classes = ["organ", "lesion", "rare"]
+    base = audit(replace(train, radiomics=whole["train"]), replace(heldout, radiomics=whole["heldout"]),
+                 replace(near, radiomics=whole["near"]), SETTINGS, "test", "none")
+    f = audit(replace(train, radiomics=whole["train"], radiomics_classes=per["train"], class_names=classes),
+              replace(heldout, radiomics=whole["heldout"], radiomics_classes=per["heldout"], class_names=classes),
+              replace(near, radiomics=whole["near"], radiomics_classes=per["near"], class_names=classes),
+              SETTINGS, "test", "none")
+    organ, lesion = f["synthetic"]["frd_organ"], f["synthetic"]["frd_lesion"]
+    assert organ["ci"][0] <= organ["value"] <= organ["ci"][1] and organ["n_replicates"] == SETTINGS["bootstrap"]["n"]
+    assert lesion["value"] > f["floor"]["frd_lesion"]["ci"][1] + 1 and lesion["value"] > organ["ci"][1] + 1
+    assert "frd_rare" not in f["synthetic"] and "frd_rare" in f["floor"]
+    assert f["frd"]["classes"]["rare"] == {"training": 30, "held-out": 12, "synthetic": 0}
+    for key in base["synthetic"]:
+        assert f["synthetic"][key] == base["synthetic"][key] and f["floor"][key] == base["floor"][key]
+    lines = [line.strip() for line in summary_lines(f)]
+    assert any(line.startswith("FRD within lesion:") for line in lines)
+    assert "FRD within rare: not computed (held by 0 synthetic and 12 held-out volume(s); FRD needs 2 in each set)" in lines
+    assert metrics_entry(f)["frd_lesion"]["floor"] == pytest.approx(f["floor"]["frd_lesion"]["value"], rel=1e-5)

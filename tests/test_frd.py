@@ -22,7 +22,7 @@ def _frd_score():
     without dependencies); a stand-in with the one constant its signatures read."""
     if importlib.util.find_spec("frd_score") is None:
         pytest.skip("frd-score is not installed (make install adds it)")
-    if importlib.util.find_spec("cv2") is None:
+    if "cv2" not in sys.modules and importlib.util.find_spec("cv2") is None:
         sys.modules.setdefault("cv2", types.SimpleNamespace(INTER_LINEAR=1))
     import frd_score
 
@@ -141,3 +141,45 @@ def test_a_constant_volume_is_left_out_of_frd_with_its_name(tmp_path):
     assert len(warnings) == 1 and "v0.nii.gz" in warnings[0]
     with pytest.raises(ValueError, match="described none of the 1 volume"):
         R.extract_many(paths[:1])
+
+
+def test_frd_within_a_label_class_equals_frd_score_with_that_class_as_the_mask(two_sets, tmp_path):
+    """FRD per label class (fidelity.frd_classes): each class's region of one label map is the mask, as
+    frd-score computes FRD with a folder of masks; a class a volume lacks is NaN there (left out), and
+    a label map on another grid is refused naming the file."""
+    frd_score = _frd_score()
+    root, paths = two_sets
+    labels, masks = {}, {}
+    for name in ("a", "b"):
+        labels[name], masks[name] = [], tmp_path / f"mask_{name}"
+        masks[name].mkdir()
+        for i, p in enumerate(paths[name]):
+            lab = np.zeros((14, 14, 13), np.uint8)
+            lab[2:9, 3:10, 2:8] = 1  # class 1: a block
+            lab[9:13, 2:12, 6:12] = 2  # class 2: another
+            if name == "b" and i == 2:
+                lab[lab == 2] = 0  # this volume lacks class 2
+            q = tmp_path / f"labels_{name}{i}.nii.gz"
+            nib.save(nib.Nifti1Image(lab, np.diag([4.0, 4.0, 4.0, 1.0])), q)
+            labels[name].append(q)
+            nib.save(nib.Nifti1Image((lab == 1).astype(np.uint8), np.diag([4.0, 4.0, 4.0, 1.0])),
+                     masks[name] / f"v{i}.nii.gz")
+    names, a = R.extract_classes(paths["a"], labels["a"], 2)
+    names_b, b = R.extract_classes(paths["b"], labels["b"], 2, workers=2)
+    assert names == names_b and a.shape == (3, 2, len(names)) and len(names) > 900
+    assert np.isnan(b[2, 1]).all() and not np.isnan(b[:2, 1]).any() and not np.isnan(b[:, 0]).any()
+    theirs = frd_score.compute_frd([str(root / "a"), str(root / "b")], paths_masks=[str(masks["a"]), str(masks["b"])],
+                                   num_workers=1)
+    assert R.frd(a[:, 0], b[:, 0]) == pytest.approx(theirs, abs=1e-4)
+    # the whole-volume features are not a class's: the mask changes them
+    assert not np.allclose(R.extract_many(paths["a"][:1])[1][0][:50], a[0, 0][:50], equal_nan=True)
+    saved = tmp_path / "classes.npz"
+    R.save_class_features(saved, ["v0", "v1", "v2"], ["one", "two"], names, b)
+    classes, names_s, back = R.load_class_features(saved, ["v2", "v0"])
+    assert classes == ["one", "two"] and names_s == names and np.array_equal(back, b[[2, 0]], equal_nan=True)
+    with pytest.raises(ValueError, match="no per-class radiomics features for 1 volume"):
+        R.load_class_features(saved, ["v9"])
+    small = tmp_path / "small_labels.nii.gz"
+    nib.save(nib.Nifti1Image(np.zeros((7, 7, 7), np.uint8), np.diag([4.0, 4.0, 4.0, 1.0])), small)
+    with pytest.raises(ValueError, match="small_labels.nii.gz: label map of"):
+        R.class_features_of(paths["a"][0], small, 2)

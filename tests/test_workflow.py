@@ -455,3 +455,34 @@ def test_shortlist_search_gives_the_exhaustive_ranking_and_measures_its_recall(t
                 k: v[0] for k, v in mine.items()}
     verdict = (wd / "results/verdict.rst").read_text()
     assert "shortlist search (relict.search)" in verdict and "recall of the exact n closest" in verdict
+
+
+@pytest.mark.e2e
+def test_the_2p5d_fd_runs_where_weights_are_given_and_lands_in_fidelity_json(tmp_path):
+    """fidelity.fd_2p5d (issue 45): with a weights file, rule slice_features embeds every slice of the
+    training, held-out and synthetic scans and the fidelity job reports the 2.5D FD with its CI and
+    floor, per plane too; the rule reads the weights file, so a new file reruns it. (Random weights
+    in RadImageNet's layout: the pretrained file is in no package; its protocol is checked against
+    NV-Generate-CTMR's in test_fidelity_slices.py.)"""
+    import torch
+
+    from synthaudit.fidelity.slices import _trunk
+    from workflow_helpers import ncct_only
+
+    torch.manual_seed(0)
+    weights = tmp_path / "RadImageNet-ResNet50_notop.pth"
+    torch.save(_trunk().state_dict(), weights)
+    params = ncct_only(tiny_params())
+    params["fidelity"]["fd_2p5d"]["weights"] = str(weights)
+    wd = tmp_path / "wd"
+    write_params(wd, params)
+    snakemake(wd, "results/fidelity/ncct_demo/fidelity.json")
+    f = json.loads((wd / "results/fidelity/ncct_demo/fidelity.json").read_text())
+    for key in ("fd_2p5d", "fd_2p5d_xy", "fd_2p5d_yz", "fd_2p5d_zx"):
+        v = f["synthetic"][key]
+        assert v["value"] > 0 and v["ci"][0] <= v["value"] <= v["ci"][1] and f["floor"][key]["value"] > 0
+    assert f["fd_2p5d"]["slices"]["synthetic"]["yz"] == 9 * 44  # 9 samples x 44 sagittal slices of the ROI
+    assert "RadImageNet" in f["fd_2p5d"]["definition"]
+    torch.save(_trunk().state_dict(), weights)  # other weights: the slices are embedded again
+    dry = snakemake(wd, "results/fidelity/ncct_demo/fidelity.json", extra=["-n"])
+    assert "slice_features" in dry.stdout

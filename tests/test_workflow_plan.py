@@ -430,3 +430,20 @@ def test_fidelity_reads_frd_features_of_the_training_sets_scans_and_its_own_samp
     off = copy.deepcopy(shipped_params)
     off["fidelity"]["frd"] = False
     assert WorkflowPlan(off).fidelity_radiomics("ncct_ldm", "heldout") == []
+
+
+def test_frd_per_class_runs_where_the_segmentation_level_has_label_maps_of_samples_and_held_out_scans(
+        shipped, shipped_params):
+    # ncct_ldm's samples have no label maps (no segmentation level): whole-volume FRD only
+    assert shipped.frd_class_datasets == ["ncct_demo", "tof_demo", "tof_demo_batch2"]
+    assert shipped.fidelity_class_radiomics("ncct_ldm", "synthetic") == []
+    assert shipped.fidelity_class_radiomics("tof_demo_batch2", "heldout") == [
+        "results/fidelity/radiomics/tof_demo/heldout_classes.npz"]
+    # the label maps are the segmentation level's, in the split's order (the U-Net's for every NCCT scan)
+    ids = shipped.split_ids("ncct_demo", "heldout")
+    assert shipped.split_labels("ncct_demo", "heldout") == [
+        f"results/relict/segmentation/ncct_demo/labels/{i}.nii.gz" for i in ids]
+    for key in ("frd_classes", "frd"):
+        off = copy.deepcopy(shipped_params)
+        off["fidelity"][key] = False
+        assert WorkflowPlan(off).frd_class_datasets == []

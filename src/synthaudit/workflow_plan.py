@@ -163,6 +163,11 @@ class WorkflowPlan:
         self.fidelity_datasets = ([d for d in self.reviewed_datasets if d in self.feature_datasets
                                    and self.training_of[d] in self.calibration_bases and self.plans[d].synthetic]
                                   if self.fidelity["enabled"] else [])
+        # FRD within each label class (fidelity.frd_classes): where the segmentation level has label maps
+        # of the samples, and of the training set's held-out scans (the floor)
+        self.frd_class_datasets = [d for d in self.fidelity_datasets if self.fidelity["frd"]
+                                   and self.fidelity["frd_classes"] and d in self.seg_datasets
+                                   and self.training_of[d] in self.heldout_seg_bases]
 
         self.privacy = config.get("privacy") or {}
         self.privacy_sets = list(self.privacy.get("training_sets") or [])
@@ -474,6 +479,26 @@ class WorkflowPlan:
             return []
         owner = dataset if split == "synthetic" else self.training_of[dataset]
         return [f"results/fidelity/radiomics/{owner}/{split}.npz"]
+
+    def fidelity_class_radiomics(self, dataset: str, split: str) -> list[str]:
+        """The per-class FRD features a fidelity job reads (:meth:`fidelity_radiomics`'s, within each
+        label class's region); none where FRD per class does not run for the set."""
+        if dataset not in self.frd_class_datasets:
+            return []
+        owner = dataset if split == "synthetic" else self.training_of[dataset]
+        return [f"results/fidelity/radiomics/{owner}/{split}_classes.npz"]
+
+    def fidelity_slices(self, dataset: str, split: str) -> list[str]:
+        """The 2.5D FD's slice features a fidelity job reads; none where fidelity.fd_2p5d has no weights."""
+        if not self.fidelity["fd_2p5d"]["weights"]:
+            return []
+        owner = dataset if split == "synthetic" else self.training_of[dataset]
+        return [f"results/fidelity/slices/{owner}/{split}.npz"]
+
+    def split_labels(self, dataset: str, split: str) -> list[str]:
+        """The label maps of one split's volumes (:meth:`split_images`' order), as the segmentation
+        level reads them."""
+        return [self.seg_label_path(dataset, i, split == "synthetic") for i in self.split_ids(dataset, split)]
 
     # -- segmentation level ----------------------------------------------------------------
 

@@ -91,6 +91,7 @@ preprocessed_labels = PLAN.preprocessed_labels
 synthetic_images = PLAN.synthetic_images
 split_images = PLAN.split_images
 split_ids = PLAN.split_ids
+split_labels = PLAN.split_labels
 volume_image = PLAN.volume_image
 all_volume_ids = PLAN.all_volume_ids
 seg_label_path = PLAN.seg_label_path

@@ -27,6 +27,59 @@ rule radiomics:
         "../scripts/radiomics.py"
 
 
+# FRD within each label class (fidelity.frd_classes): the same features on each class's region of the
+# label maps the segmentation level compares (synthaudit.fidelity.radiomics.extract_classes).
+rule radiomics_classes:
+    input:
+        images=lambda wc: split_images(wc.dataset, wc.split),
+        labels=lambda wc: split_labels(wc.dataset, wc.split),
+    output:
+        "results/fidelity/radiomics/{dataset}/{split}_classes.npz",
+    log:
+        "logs/radiomics_classes/{dataset}/{split}.log",
+    benchmark:
+        "benchmarks/radiomics_classes/{dataset}/{split}.tsv"
+    wildcard_constraints:
+        split="train|heldout|synthetic",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=3000,
+    params:
+        ids=lambda wc: split_ids(wc.dataset, wc.split),
+        classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
+    script:
+        "../scripts/radiomics_classes.py"
+
+
+# The 2.5D FD's slice features (synthaudit.fidelity.slices), where fidelity.fd_2p5d names the weights of
+# RadImageNet's ResNet-50 (the rule reads them, so a new file reruns it).
+rule slice_features:
+    input:
+        images=lambda wc: split_images(wc.dataset, wc.split),
+        weights=config["fidelity"]["fd_2p5d"]["weights"] or [],
+    output:
+        "results/fidelity/slices/{dataset}/{split}.npz",
+    log:
+        "logs/slice_features/{dataset}/{split}.log",
+    benchmark:
+        "benchmarks/slice_features/{dataset}/{split}.tsv"
+    wildcard_constraints:
+        split="train|heldout|synthetic",
+    conda:
+        "../../envs/relict.yaml"
+    threads: 2
+    resources:
+        mem_mb=6000,
+    params:
+        ids=lambda wc: split_ids(wc.dataset, wc.split),
+        settings=config["fidelity"]["fd_2p5d"],
+        device=PLAN.compute["device"],
+    script:
+        "../scripts/slice_features.py"
+
+
 rule fidelity:
     input:
         train=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/train.npz",
@@ -36,6 +89,14 @@ rule fidelity:
         radiomics_train=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "train"),
         radiomics_heldout=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "heldout"),
         radiomics_synthetic=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "synthetic"),
+        # and within each label class (none where fidelity.frd_classes is off or no label maps exist)
+        classes_train=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "train"),
+        classes_heldout=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "heldout"),
+        classes_synthetic=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "synthetic"),
+        # the 2.5D FD's slice features (none where fidelity.fd_2p5d has no weights)
+        slices_train=lambda wc: PLAN.fidelity_slices(wc.dataset, "train"),
+        slices_heldout=lambda wc: PLAN.fidelity_slices(wc.dataset, "heldout"),
+        slices_synthetic=lambda wc: PLAN.fidelity_slices(wc.dataset, "synthetic"),
     output:
         summary="results/fidelity/{dataset}/fidelity.json",
         table="results/fidelity/{dataset}/per_volume.tsv",

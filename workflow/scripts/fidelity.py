@@ -5,7 +5,8 @@ stored embeddings: fidelity.json (each measure, its CI, the held-out floor, C_T)
 from synthaudit.features.compare import load_embeddings, standardise
 from synthaudit.fidelity.audit import Embedded, audit, per_volume, pooled, summary_lines
 from synthaudit.fidelity.figures import embedding_figure
-from synthaudit.fidelity.radiomics import load_features
+from synthaudit.fidelity.radiomics import load_class_features, load_features
+from synthaudit.fidelity.slices import load as load_slices
 from synthaudit.io import write_json, write_tsv
 from synthaudit.logs import logged
 
@@ -20,7 +21,11 @@ with logged(snakemake.log[0]) as log:
         pool, pooling = pooled(x, meta)
         frd = getattr(i, f"radiomics_{name}")  # FRD's features, where fidelity.frd is on
         names, feats = load_features(frd[0], ids) if len(frd) else (None, None)
-        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids], feats, names)
+        per_class = getattr(i, f"classes_{name}")  # and within each label class, where that runs
+        classes, _, class_feats = load_class_features(per_class[0], ids) if len(per_class) else (None, None, None)
+        slices = getattr(i, f"slices_{name}")  # the 2.5D FD's, where fidelity.fd_2p5d names its weights
+        split[name] = Embedded(ids, pool, near, [p.patients.get(v, v) for v in ids], feats, names, class_feats,
+                               classes, load_slices(slices[0], ids) if len(slices) else None)
     result = audit(split["train"], split["heldout"], split["synthetic"], p.settings, pooling, p.scaling)
     result.update({"dataset": snakemake.wildcards.dataset, "extractor": meta.get("label", meta.get("name"))})
     write_json(snakemake.output.summary, result)

@@ -31,13 +31,17 @@ import numpy as np
 from . import measures as fm
 from .radiomics import LABEL as FRD_LABEL
 from .radiomics import dominant_features, frd
+from .slices import LABEL as FD_2P5D_LABEL
+from .slices import PLANES, fd_2p5d
 
 
 @dataclass
 class Embedded:
     """One split: ids, globally pooled rows ``x`` (the Fréchet distance's), the rows the feature level
     compares ``near`` (the nearest-neighbour measures'), each row's patient (synthetic: its id), and
-    where FRD runs, each row's radiomic features (:mod:`.radiomics`)."""
+    where FRD runs, each row's radiomic features (:mod:`.radiomics`), and where it runs per label class
+    too, each row's features per class region (rows x classes x features; NaN: the class is absent); where
+    the 2.5D FD runs, each row's slices' features per plane (:mod:`.slices`)."""
 
     ids: list[str]
     x: np.ndarray
@@ -45,6 +49,9 @@ class Embedded:
     patients: list[str]
     radiomics: np.ndarray | None = None
     radiomics_names: list[str] | None = None
+    radiomics_classes: np.ndarray | None = None
+    class_names: list[str] | None = None
+    slices: dict[str, list[np.ndarray]] | None = None
 
 
 def pooled(embeddings: np.ndarray, meta: dict) -> tuple[np.ndarray, str]:
@@ -60,17 +67,31 @@ def pooled(embeddings: np.ndarray, meta: dict) -> tuple[np.ndarray, str]:
 
 
 # the values each measure can take (a re-centred interval is clipped to them)
-BOUNDS = {"frechet_distance": (0.0, np.inf), "density": (0.0, np.inf), "precision": (0.0, 1.0), "recall": (0.0, 1.0),
+BOUNDS = {"frechet_distance": (0.0, np.inf), "fd_2p5d": (0.0, np.inf), **{f"fd_2p5d_{p}": (0.0, np.inf) for p in PLANES},
+          "density": (0.0, np.inf), "precision": (0.0, 1.0), "recall": (0.0, 1.0),
           "coverage": (0.0, 1.0), "authenticity": (0.0, 1.0), "alpha_precision": (-np.inf, 1.0),
           "beta_recall": (-np.inf, 1.0)}
 
 
-def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None)) -> dict:
-    """Every measure of ``other`` (rows ``o``) against ``real`` (training), one number each; ``d``: the
-    sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), computed once, not per replicate."""
-    out = {"frechet_distance": fm.frechet_distance(real.x, other.x[o])}
+def _distributions(real: Embedded, other: Embedded, t=slice(None), o=slice(None)) -> dict:
+    """The measures between the sets' distributions, of rows ``t`` and ``o``: the Fréchet distance, FRD
+    where it runs, and FRD within each label class's region (``frd_<class>``) where that runs."""
+    out = {"frechet_distance": fm.frechet_distance(real.x[t], other.x[o])}
     if real.radiomics is not None:
-        out.update(_frd(real.radiomics, other.radiomics[o]))
+        out.update(_frd("frd", real.radiomics[t], other.radiomics[o]))
+    for k, name in enumerate(real.class_names or []):
+        out.update(_frd(f"frd_{name}", real.radiomics_classes[t, k], other.radiomics_classes[o, k]))
+    if real.slices is not None:  # the 2.5D FD: a replicate's volumes take all their slices
+        out.update(fd_2p5d(real.slices, other.slices, None if isinstance(t, slice) else t,
+                           None if isinstance(o, slice) else o))
+    return out
+
+
+def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None), whole: bool = True) -> dict:
+    """Every measure of ``other`` (rows ``o``) against ``real`` (training), one number each; ``d``: the
+    sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), computed once, not per replicate;
+    ``whole``: with the distributions' measures (a replicate resamples those itself)."""
+    out = _distributions(real, other, o=o) if whole else {}
     g = other.near[o]
     rf = d["rf"][:, o]
     k = int(s["prdc_k"])
@@ -81,11 +102,11 @@ def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None)) -> 
     return out
 
 
-def _frd(reference: np.ndarray, other: np.ndarray) -> dict:
-    """``{"frd": value}``, or nothing where too few volumes have features (PyRadiomics cannot
-    describe a constant volume; FRD leaves such volumes out, and needs two in each set)."""
+def _frd(key: str, reference: np.ndarray, other: np.ndarray) -> dict:
+    """``{key: FRD}``, or nothing where too few volumes have features (PyRadiomics cannot describe a
+    constant volume or a class a volume lacks; FRD leaves such volumes out, and needs two in each set)."""
     try:
-        return {"frd": frd(reference, other)}
+        return {key: frd(reference, other)}
     except ValueError:
         return {}
 
@@ -107,17 +128,12 @@ def _by_patient(rng: np.random.Generator, groups: list[np.ndarray]) -> np.ndarra
 def _replicate(train: Embedded, other: Embedded, s: dict, d: dict, groups: tuple, rng: np.random.Generator) -> dict:
     t = _by_patient(rng, groups[0])
     o = _by_patient(rng, groups[1])
-    out = {"frechet_distance": fm.frechet_distance(train.x[t], other.x[o])}
-    if train.radiomics is not None:
-        out.update(_frd(train.radiomics[t], other.radiomics[o]))
+    out = _distributions(train, other, t, o)
     # the nearest-neighbour measures: the replicate's distinct samples against the whole training
     # set (a copy whose source scan a replicate left out would look new)
     o = np.unique(o)
     if len(o) >= 2:
-        rest = _point(train, other, s, d, o)
-        rest.pop("frechet_distance")
-        rest.pop("frd", None)
-        out.update(rest)
+        out.update(_point(train, other, s, d, o, whole=False))
     return out
 
 
@@ -180,6 +196,10 @@ def audit(train: Embedded, heldout: Embedded, synthetic: Embedded, settings: dic
             "embedding_dim": int(train.x.shape[1]), "pooling": pooling,
             "nearest_neighbour_embeddings": f"the feature level's ({train.near.shape[1]} features, scaling {scaling})",
             "frd": _frd_info(train, heldout, synthetic),
+            "fd_2p5d": ({"definition": FD_2P5D_LABEL,
+                         "slices": {name: {p: int(sum(len(r) for r in e.slices[p])) for p in PLANES}
+                                    for name, e in (("training", train), ("held-out", heldout), ("synthetic", synthetic))}}
+                        if train.slices is not None else None),
             "synthetic": with_ci(train, synthetic, s, seed, rr),
             "floor": with_ci(train, heldout, s, seed + 1, rr),
             "c_t": {"value": result.c_t, "n_cells": result.n_cells, "tau": result.tau, "copy_z": float(ct["copy_z"]),
@@ -193,10 +213,16 @@ def _frd_info(train: Embedded, heldout: Embedded, synthetic: Embedded) -> dict |
     if train.radiomics is None:
         return None
     names = train.radiomics_names or [f"feature{k}" for k in range(train.radiomics.shape[1])]
+    sets = (("training", train), ("held-out", heldout), ("synthetic", synthetic))
     out = {"features": int(train.radiomics.shape[1]), "definition": FRD_LABEL,
-           "volumes_without_features": {name: int(np.isnan(s.radiomics).any(axis=1).sum())
-                                        for name, s in (("training", train), ("held-out", heldout),
-                                                        ("synthetic", synthetic))}}
+           "volumes_without_features": {name: int(np.isnan(s.radiomics).any(axis=1).sum()) for name, s in sets}}
+    if train.class_names:  # per class: the label maps the segmentation level compares, each class's region the mask
+        out["classes"] = {c: {name: int((~np.isnan(s.radiomics_classes[:, k]).any(axis=1)).sum()) for name, s in sets}
+                          for k, c in enumerate(train.class_names)}
+        out["classes_definition"] = ("FRD within each label class's region (label value k + 1 for class k) of the "
+                                     "label maps the segmentation level compares, as PyRadiomics' mask; the same "
+                                     "settings; volumes without the class (or too little of it at 2 mm) left out; "
+                                     "'classes' counts the volumes with features")
     for key, other in (("dominant", synthetic), ("floor_dominant", heldout)):
         try:
             out[key] = dominant_features(train.radiomics, other.radiomics, names)
@@ -209,12 +235,19 @@ def summary_lines(f: dict) -> list[str]:
     """The verdict's fidelity lines: each measure, its CI, and the held-out scans' floor."""
     lines = [f"  fidelity ({f['n_synthetic']} synthetic, {f['n_heldout']} held-out against {f['n_training']} "
              f"training embeddings; the floor: held-out scans measured the same way)"]
-    for key, label, better in (("frechet_distance", "Fréchet distance", "lower"), ("frd", "FRD (radiomics)", "lower"),
-                               ("precision", "precision", "higher"),
+    classes = [(f"frd_{c}", f"FRD within {c}", "lower") for c in (f.get("frd") or {}).get("classes", {})]
+    for key, label, better in (("frechet_distance", "Fréchet distance", "lower"),
+                               ("fd_2p5d", "2.5D FD (RadImageNet ResNet-50, mean of 3 planes)", "lower"),
+                               ("frd", "FRD (radiomics)", "lower"),
+                               *classes, ("precision", "precision", "higher"),
                                ("recall", "recall", "higher"), ("density", "density", "higher"),
                                ("coverage", "coverage", "higher"), ("alpha_precision", "α-precision", "higher"),
                                ("beta_recall", "β-recall", "higher"), ("authenticity", "authenticity", "higher")):
         v, floor = f["synthetic"].get(key), f["floor"].get(key)
+        if key.startswith("frd_") and (v is None or floor is None):  # a class too few volumes hold: say so
+            held = f["frd"]["classes"][key[4:]]
+            lines.append(f"    {label}: not computed (held by {held['synthetic']} synthetic and {held['held-out']} "
+                         "held-out volume(s); FRD needs 2 in each set)")
         if v is None or floor is None:
             continue
         ci = f" [{v['ci'][0]:.3g}, {v['ci'][1]:.3g}]" if v.get("ci") else ""
