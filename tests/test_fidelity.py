@@ -261,3 +261,24 @@ def test_audit_reports_frd_within_each_label_class_with_its_floor():
     assert any(line.startswith("FRD within lesion:") for line in lines)
     assert "FRD within rare: not computed (held by 0 synthetic and 12 held-out volume(s); FRD needs 2 in each set)" in lines
     assert metrics_entry(f)["frd_lesion"]["floor"] == pytest.approx(f["floor"]["frd_lesion"]["value"], rel=1e-5)
+
+
+def test_c_ts_cell_statistic_follows_the_closed_form_docs_fidelity_md_bounds_it_by():
+    """docs/fidelity.md, "Where C_T stops": k exact copies among samples otherwise like the m held-out
+    scans lower Z_U to -(k m / 2 - 0.5) / sqrt(m n (m + n + 1) / 12), n = m + k, i.e. -q sqrt(3mn /
+    (m + n + 1)) with the continuity correction; so -2 needs a copy share above 2 / sqrt(3m)."""
+    from synthaudit.fidelity.measures import mann_whitney_z
+
+    for m, k in ((20, 1), (20, 5), (20, 7), (100, 5)):
+        test = np.arange(m) + 1.0
+        generated = np.concatenate([np.zeros(k), test])  # k copies, the rest exactly the held-out distances
+        n = m + k
+        expected = -(k * m / 2 - 0.5) / np.sqrt(m * n * (m + n + 1) / 12)
+        assert mann_whitney_z(generated, test) == pytest.approx(expected, rel=1e-12)
+        assert abs(expected) < (k / n) * np.sqrt(3 * m)  # the bound the doc states
+    # the cohort's 20 held-out scans: 5 % copies stay far from -2; 10 copies among 30 samples do not reach
+    # it, 11 among 31 do (the doc's "11 copies among 31 samples")
+    held = np.arange(20) + 1.0
+    assert mann_whitney_z(np.concatenate([np.zeros(1), held]), held) > -0.5
+    assert mann_whitney_z(np.concatenate([np.zeros(10), held]), held) > -2
+    assert mann_whitney_z(np.concatenate([np.zeros(11), held]), held) < -2
