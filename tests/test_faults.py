@@ -188,6 +188,8 @@ def _output(proc) -> str:
     return proc.stdout + proc.stderr
 
 
+# a tiny audit, then a rerun (80 s): make test-e2e (CI runs both)
+@pytest.mark.e2e
 @pytest.mark.workflow
 def test_disk_full_while_a_shard_is_written_then_a_rerun_completes(reference, tmp_path):
     """ENOSPC while a relict_measure job writes its shard: the job's log and the terminal

@@ -155,6 +155,8 @@ def test_numba_kernels_divide_with_the_ieee_division_not_the_cpus_estimate():
 # ---- the same bits on another CPU -----------------------------------------------------------
 
 
+# a minute of probes in subprocesses: make test-e2e (CI runs both)
+@pytest.mark.e2e
 @needs_portable
 def test_every_stage_gives_the_same_bits_with_the_cpu_dispatch_capped_lower():
     """As another CPU would run them: oneDNN and ATen capped at AVX2, numpy without AVX-512,
@@ -169,6 +171,8 @@ def test_every_stage_gives_the_same_bits_with_the_cpu_dispatch_capped_lower():
     assert differing(as_is, lower) == {}
 
 
+# about 2 minutes of emulation: make test-e2e (CI runs both), so make test stays under 10 minutes
+@pytest.mark.e2e
 @needs_portable
 @pytest.mark.skipif(shutil.which("qemu-x86_64") is None,
                     reason="qemu-x86_64 (Debian's qemu-user) is not installed: the emulated-Intel check needs it")

@@ -391,6 +391,8 @@ def test_spiked_set_on_unlabelled_user_scans_writes_images_only(tmp_path):
         assert min(training, key=lambda t: float(np.mean((training[t] - volume) ** 2))) == r["source_id"]
 
 
+# a minute of Snakemake: make test-e2e (CI runs both)
+@pytest.mark.e2e
 def test_shortlist_search_gives_the_exhaustive_ranking_and_measures_its_recall(tmp_path):
     """relict.search.mode shortlist on the user dataset (issue 31): each synthetic volume and
     held-out scan keeps K = 2 x n candidates of 6 training scans by block means; two synthetic
