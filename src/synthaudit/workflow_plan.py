@@ -472,28 +472,30 @@ class WorkflowPlan:
             return [s.id for s in self.plans[self.training_of[dataset]].heldout]
         return [s.id for s in (p.train if split == "train" else p.heldout)]
 
+    def split_owner(self, dataset: str, split: str) -> str:
+        """Whose job extracts a split's features: the set itself for its samples, its training set for
+        the training and held-out scans (made once, shared by the sets that train on them)."""
+        return dataset if split == "synthetic" else self.training_of[dataset]
+
     def fidelity_radiomics(self, dataset: str, split: str) -> list[str]:
         """The FRD features a fidelity job reads: the training set's train and held-out scans', the
         set's own samples'; none where fidelity.frd is off."""
         if not self.fidelity["frd"]:
             return []
-        owner = dataset if split == "synthetic" else self.training_of[dataset]
-        return [f"results/fidelity/radiomics/{owner}/{split}.npz"]
+        return [f"results/fidelity/radiomics/{self.split_owner(dataset, split)}/{split}.npz"]
 
     def fidelity_class_radiomics(self, dataset: str, split: str) -> list[str]:
         """The per-class FRD features a fidelity job reads (:meth:`fidelity_radiomics`'s, within each
         label class's region); none where FRD per class does not run for the set."""
         if dataset not in self.frd_class_datasets:
             return []
-        owner = dataset if split == "synthetic" else self.training_of[dataset]
-        return [f"results/fidelity/radiomics/{owner}/{split}_classes.npz"]
+        return [f"results/fidelity/radiomics/{self.split_owner(dataset, split)}/{split}_classes.npz"]
 
     def fidelity_slices(self, dataset: str, split: str) -> list[str]:
         """The 2.5D FD's slice features a fidelity job reads; none where fidelity.fd_2p5d has no weights."""
         if not self.fidelity["fd_2p5d"]["weights"]:
             return []
-        owner = dataset if split == "synthetic" else self.training_of[dataset]
-        return [f"results/fidelity/slices/{owner}/{split}.npz"]
+        return [f"results/fidelity/slices/{self.split_owner(dataset, split)}/{split}.npz"]
 
     def split_labels(self, dataset: str, split: str) -> list[str]:
         """The label maps of one split's volumes (:meth:`split_images`' order), as the segmentation

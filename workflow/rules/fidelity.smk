@@ -58,7 +58,7 @@ rule radiomics_classes:
 rule slice_features:
     input:
         images=lambda wc: split_images(wc.dataset, wc.split),
-        weights=config["fidelity"]["fd_2p5d"]["weights"] or [],
+        weights=PLAN.fidelity["fd_2p5d"]["weights"] or [],
     output:
         "results/fidelity/slices/{dataset}/{split}.npz",
     log:
@@ -74,7 +74,7 @@ rule slice_features:
         mem_mb=6000,
     params:
         ids=lambda wc: split_ids(wc.dataset, wc.split),
-        settings=config["fidelity"]["fd_2p5d"],
+        settings=PLAN.fidelity["fd_2p5d"],
         device=PLAN.compute["device"],
     script:
         "../scripts/slice_features.py"
