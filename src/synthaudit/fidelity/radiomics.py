@@ -147,10 +147,34 @@ def _safe_features(path: str, ex) -> tuple[dict[str, float] | None, str | None]:
         return None, f"{path}: {type(e).__name__}: {e}"
 
 
-def _in_worker(path: str) -> tuple[dict[str, float] | None, str | None]:
+def _with_extractor(task: tuple[Callable, object]):
+    """In a worker process: ``fn(job, extractor)`` with the worker's one extractor."""
+    fn, job = task
     if "ex" not in _WORKER:
         _WORKER["ex"] = extractor()
-    return _safe_features(path, _WORKER["ex"])
+    return fn(job, _WORKER["ex"])
+
+
+def _each(fn: Callable, jobs: list, workers: int, progress: Callable[[int], None] | None) -> list:
+    """``fn(job, extractor)`` of every job, in order: in this process with one extractor, or in
+    ``workers`` forked processes with one each (the numbers do not depend on which)."""
+    out = []
+    if workers <= 1 or len(jobs) <= 1:
+        ex = extractor()
+        results = (fn(job, ex) for job in jobs)
+        for k, got in enumerate(results):
+            out.append(got)
+            if progress:
+                progress(k + 1)
+        return out
+    import multiprocessing as mp
+
+    with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
+        for k, got in enumerate(pool.imap(_with_extractor, [(fn, job) for job in jobs])):
+            out.append(got)
+            if progress:
+                progress(k + 1)
+    return out
 
 
 def extract_many(paths: Sequence[str | Path], workers: int = 1, progress: Callable[[int], None] | None = None,
@@ -159,21 +183,7 @@ def extract_many(paths: Sequence[str | Path], workers: int = 1, progress: Callab
     each volume's numbers do not depend on how many). A volume PyRadiomics cannot describe (a
     constant one) gets a row of NaN, which FRD leaves out as frd-score does, and ``warn`` names it."""
     paths = [str(p) for p in paths]
-    results: list[tuple[dict[str, float] | None, str | None]] = []
-    if workers <= 1 or len(paths) <= 1:
-        ex = extractor()
-        for k, p in enumerate(paths):
-            results.append(_safe_features(p, ex))
-            if progress:
-                progress(k + 1)
-    else:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(min(workers, len(paths))) as pool:
-            for k, got in enumerate(pool.imap(_in_worker, paths)):
-                results.append(got)
-                if progress:
-                    progress(k + 1)
+    results: list[tuple[dict[str, float] | None, str | None]] = _each(_safe_features, paths, workers, progress)
     if not results:
         return [], np.zeros((0, 0))
     done = [(p, row) for p, (row, _) in zip(paths, results) if row is not None]
@@ -191,10 +201,8 @@ def extract_many(paths: Sequence[str | Path], workers: int = 1, progress: Callab
     return names, np.array([[row[n] for n in names] if row is not None else nan for row, _ in results], np.float64)
 
 
-def _class_in_worker(job: tuple[str, str, int]) -> list[dict[str, float] | None]:
-    if "ex" not in _WORKER:
-        _WORKER["ex"] = extractor()
-    return class_features_of(*job, ex=_WORKER["ex"])
+def _class_rows(job: tuple[str, str, int], ex) -> list[dict[str, float] | None]:
+    return class_features_of(*job, ex=ex)
 
 
 def extract_classes(paths: Sequence[str | Path], label_paths: Sequence[str | Path], n_classes: int,
@@ -206,21 +214,7 @@ def extract_classes(paths: Sequence[str | Path], label_paths: Sequence[str | Pat
     if len(paths) != len(label_paths):
         raise ValueError(f"{len(paths)} volumes but {len(label_paths)} label maps")
     jobs = [(str(p), str(q), int(n_classes)) for p, q in zip(paths, label_paths)]
-    rows: list[list[dict[str, float] | None]] = []
-    if workers <= 1 or len(jobs) <= 1:
-        ex = extractor()
-        for k, job in enumerate(jobs):
-            rows.append(class_features_of(*job, ex=ex))
-            if progress:
-                progress(k + 1)
-    else:
-        import multiprocessing as mp
-
-        with mp.get_context("fork").Pool(min(workers, len(jobs))) as pool:
-            for k, got in enumerate(pool.imap(_class_in_worker, jobs)):
-                rows.append(got)
-                if progress:
-                    progress(k + 1)
+    rows: list[list[dict[str, float] | None]] = _each(_class_rows, jobs, workers, progress)
     described = [f for row in rows for f in row if f is not None]
     names = list(described[0]) if described else []
     x = np.full((len(rows), int(n_classes), len(names)), np.nan)
