@@ -183,3 +183,46 @@ def test_frd_within_a_label_class_equals_frd_score_with_that_class_as_the_mask(t
     nib.save(nib.Nifti1Image(np.zeros((7, 7, 7), np.uint8), np.diag([4.0, 4.0, 4.0, 1.0])), small)
     with pytest.raises(ValueError, match="small_labels.nii.gz: label map of"):
         R.class_features_of(paths["a"][0], small, 2)
+
+
+def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monkeypatch):
+    """The two hot spots synthaudit does once (bin edges without a Python loop over the voxels, one
+    discretisation per image shared by the five feature classes) change no bit of any feature, with
+    the whole-image mask and with a region's; the work is shared (13 discretisations where PyRadiomics
+    alone does 65), and PyRadiomics is left as shipped outside the extraction."""
+    import contextlib
+
+    from radiomics import base, imageoperations
+
+    _, paths = two_sets
+    image = R._read(paths["b"][1])
+    whole = np.ones(image.GetSize()[::-1], np.uint8)
+    whole[0, 0, 0] = 0
+    region = np.zeros_like(whole)
+    region[2:10, 3:11, 1:9] = 1
+    shipped_edges, shipped_binning = imageoperations.getBinEdges, base.RadiomicsFeaturesBase._applyBinning
+    calls = []
+
+    def counted(self, matrix):
+        calls.append(matrix.shape)
+        return shipped_binning(self, matrix)
+
+    monkeypatch.setattr(base.RadiomicsFeaturesBase, "_applyBinning", counted)
+    for mask in (whole, region):
+        calls.clear()
+        ours = R._execute(image, mask)
+        shared = len(calls)
+        calls.clear()
+        with monkeypatch.context() as m:
+            m.setattr(R, "_pyradiomics_without_repeated_work", contextlib.nullcontext)
+            theirs = R._execute(image, mask)
+        assert (shared, len(calls)) == (13, 65)
+        assert list(ours) == list(theirs) and len(ours) > 900
+        assert np.array_equal(np.array(list(ours.values())), np.array(list(theirs.values())), equal_nan=True)
+    assert imageoperations.getBinEdges is shipped_edges and base.RadiomicsFeaturesBase._applyBinning is counted
+    values = np.array([3.2, -7.9, 11.0, 0.5])  # the edges themselves, where PyRadiomics is its own reference
+    with R._pyradiomics_without_repeated_work():
+        fast = imageoperations.getBinEdges(values, binWidth=5)
+        flat = imageoperations.getBinEdges(np.full(4, 10.0), binWidth=5)
+    assert np.array_equal(fast, shipped_edges(values, binWidth=5))
+    assert np.array_equal(flat, shipped_edges(np.full(4, 10.0), binWidth=5))
