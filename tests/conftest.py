@@ -3,7 +3,14 @@
 synthaudit is imported as installed (`make install`: an editable install of src/), the
 benchmarks from bench/ (pyproject: pytest's pythonpath)."""
 
+import os
 from pathlib import Path
+
+# Without an NVIDIA GPU, the fused GPU kernels (relict.triton_kernels) are tested under Triton's
+# interpreter, which must be chosen before Triton is first imported (its own helpers, tl.sum's
+# combine function among them, are compiled or interpreted from then on)
+if not Path("/dev/nvidiactl").exists():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 import synthaudit  # noqa: F401  first: its portable numerics are set before numpy loads (synthaudit.numerics)
 

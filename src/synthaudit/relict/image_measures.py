@@ -47,7 +47,10 @@ measured at 182 x 218 x 182 on 2 cores: MAE ~0.5 ms, SSIM 14.9-16.1 ms per pair 
 per-volume maps (50 x 774 pairs in 584-632 s, about 2.7x this machine's memory-bound
 floor; ``make bench``, docs/benchmarks.md). The torch path below (CUDA, or ``backend="torch"``)
 runs the filter as banded matrix products, which suit a GPU: dense bands do ~10x the
-flops of an 11-tap filter, and elementwise passes are separate kernels.
+flops of an 11-tap filter, and elementwise passes are separate kernels. On CUDA, where Triton
+is installed, fused kernels (:mod:`.triton_kernels`) replace its per-pair passes: MAE/RMSE in
+one pass over the batch, SSIM's product filtered without being stored; the torch path stays
+their reference (1e-6 relative, tests/test_triton_kernels.py; timed by bench/gpu/image_level.py).
 """
 
 from __future__ import annotations
@@ -144,9 +147,11 @@ def all_pairs_image_measures(
             an iterator without ``len``.
         progress: Called as ``progress(done, total)`` after each training volume;
             ``total`` is None when unknown.
-        backend: ``"kernels"`` (fused numba loops, CPU only), ``"torch"`` (tensor
-            operations, any device) or ``"auto"``: kernels on CPU, torch on CUDA. Both
-            give the same values to float32 rounding.
+        backend: ``"kernels"`` (fused numba loops, CPU only), ``"triton"`` (fused GPU
+            kernels, :mod:`.triton_kernels`; CUDA, or CPU tensors under Triton's
+            interpreter), ``"torch"`` (tensor operations, any device: the reference on GPU)
+            or ``"auto"``: kernels on CPU, Triton on CUDA where it is installed, torch
+            otherwise. All give the same values to float32 rounding.
         pairs: Optional (S, T) boolean mask: only these pairs are computed (the
             shortlist search, :mod:`.search`), the others are NaN. A wanted pair's value
             is the one the full computation gives: bit for bit with the CPU kernels
@@ -263,8 +268,8 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
     n_synthetic = synthetic.shape[0]
     total = n_training if n_training is not None else _length(training)
 
-    if backend not in ("auto", "kernels", "torch"):
-        raise ValueError(f"backend must be 'auto', 'kernels' or 'torch', got {backend!r}")
+    if backend not in ("auto", "kernels", "torch", "triton"):
+        raise ValueError(f"backend must be 'auto', 'kernels', 'torch' or 'triton', got {backend!r}")
     kind = device_type(device)
     if backend == "kernels" and kind != "cpu":
         raise ValueError(f"the numba kernels run on the CPU only; device {device} needs backend 'torch' or 'auto'")
@@ -274,6 +279,12 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
                               threads=threads, total=total, progress=progress, pairs=pairs)
 
     dev = resolve_device(device)
+    from . import triton_kernels  # here, not at import: Triton's import is not free and the CPU path needs none
+
+    why_not = triton_kernels.unavailable(dev)
+    if backend == "triton" and why_not:
+        raise ValueError(f"backend 'triton': {why_not}")
+    fused_kernels = backend == "triton" or (backend == "auto" and why_not is None)
     with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
         ssim = None
         if "ssim" in wanted:
@@ -301,13 +312,16 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
                 if pairs is None:
                     batch = slice(start, start + batch_size)
                 if errors:
-                    abs_sum, sq_sum = _error_sums(syn[batch], target, rows, workspace)
+                    abs_sum, sq_sum = (triton_kernels.error_sums(syn[batch], target) if fused_kernels
+                                       else _error_sums(syn[batch], target, rows, workspace))
                     if "mae" in column:
                         column["mae"][batch] = abs_sum / n_voxels
                     if "rmse" in column:
                         column["rmse"][batch] = numerics_torch.sqrt(sq_sum / n_voxels)
                 if ssim:
-                    column["ssim"][batch] = ssim.mean(syn_moments[batch], target_moments, rows, workspace)
+                    column["ssim"][batch] = (
+                        triton_kernels.ssim_means(ssim, syn_moments[batch], target_moments, workspace)
+                        if fused_kernels else ssim.mean(syn_moments[batch], target_moments, rows, workspace))
             for m in wanted:
                 columns[m].append(column[m].cpu().numpy())
             if progress is not None:
