@@ -46,7 +46,14 @@ def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(
     _bench(tmp_path, "privacy_train/audit/image/filter0.tsv", [120])
     _bench(tmp_path, "privacy_train/audit/image/filter1.tsv", [60])
     _bench(tmp_path, "relict_local/audit.tsv", [30])
-    assert estimate_lines(tmp_path, "audit")[-1] == "    not in the estimate: privacy filters' training 3.0, local level 0.5"
+    # the local level is modelled, but this estimate (written before it was) has none: shown with the rest
+    assert estimate_lines(tmp_path, "audit")[-1] == "    not in the estimate: local level 0.5, privacy filters' training 3.0"
+    est = json.loads((tmp_path / "data/estimate.json").read_text())
+    est["stages_s"]["local level"] = 20.0
+    (tmp_path / "data/estimate.json").write_text(json.dumps(est))
+    lines = estimate_lines(tmp_path, "audit")
+    assert "    local level: estimated 0.3, measured 0.5 (1.50x)" in lines
+    assert lines[-1] == "    not in the estimate: privacy filters' training 3.0"
     assert estimate_rows(tmp_path, "other") is None  # the estimate is the audit's only
     (tmp_path / "data/estimate.json").unlink()
     assert estimate_lines(tmp_path, "audit") == []  # the demo: no estimate, no line
@@ -76,6 +83,11 @@ def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
     assert any(m.startswith("timing the heavy stages on 5 of your samples") for m in said)
     assert est["stages_s"]["FRD radiomics"] == pytest.approx(
         (n_syn + n_real) * costs["radiomics_s"] / 2 + 3 * JOB_START_S["radiomics"], abs=0.06)
+    # the local level: 10 training, 6 held-out, 5 synthetic, 3 control sizes (18 controls, 29 queries)
+    assert all(costs[k] > 0 for k in ("smooth_s", "local_pair_s", "control_s")), costs
+    assert est["stages_s"]["local level"] == pytest.approx(
+        JOB_START_S["local"] + 11 * costs["read_s"] + 20 * (costs["read_s"] + costs["smooth_s"])
+        + 18 * costs["control_s"] + 29 * costs["smooth_s"] + 10 * (29 + 6 + 18) * costs["local_pair_s"], abs=0.06)
     # without timing: the constants, said so
     plain = write_workspace(tmp_path / "ws2", Inputs(**{**inp.__dict__, "timing": False}), progress=lambda m: None)
     assert plain["estimate"]["how"].startswith("constants of the development machine scaled by voxels")

@@ -48,8 +48,8 @@ ALIGNMENT_BUDGET_HOURS = 4.0
 # a job's start-up that does no work (Python, imports, the script's set-up), per job, from the tiny
 # cohort's benchmark files on the 2-core machine (bench/layouts cohort through init, 2026-11-28):
 # MAE/RMSE jobs 0.9 s, SSIM 2.2, alignment 2.3-2.9, radiomics 3.7, the encoder's 3.1-4.1 of which init
-# times the load and first calls, not the imports (2 s)
-JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 3.7, "embedding": 2.0}
+# times the load and first calls, not the imports (2 s); the local level's whole job took 1.5 s there
+JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 3.7, "embedding": 2.0, "local": 1.0}
 
 
 # K = this x n candidates aligned per synthetic volume on grids without a coarse stage: every
@@ -85,6 +85,31 @@ VOXELS_1MM = 182 * 218 * 182
 LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job holds its volumes in memory)
 
 
+# the local level's unit costs at 1 mm on the 2-core machine (workspace.timing.local_costs on five smooth
+# 182 x 218 x 182 volumes, 2026-11-28): one volume smoothed at 3 mm, one more (query, training) pair's block
+# sums, one 30 mm positive control placed and pasted; the fallback where init does not time them
+SECONDS_PER_SMOOTH_1MM = 0.20
+
+
+SECONDS_PER_LOCAL_PAIR_1MM = 0.0022
+
+
+SECONDS_PER_CONTROL_1MM = 1.05
+
+
+def local_seconds(costs, n_train: int, n_synthetic: int, n_heldout: int, n_sizes: int) -> float:
+    """The local level's job (relict.local_audit.run) from its unit costs: every training scan read and
+    smoothed twice (the cohort's mean, then the stream), each synthetic and held-out volume read once; one
+    positive control per held-out scan and size; every query (synthetic, held-out, control) smoothed and
+    block-compared with every training scan, and the held-out scans and controls' whole-volume RMSE (the
+    same one pass over the voxels) in the same stream."""
+    controls = n_heldout * n_sizes
+    queries = n_synthetic + n_heldout + controls
+    return (JOB_START_S["local"] + (n_synthetic + n_heldout) * costs.read_s
+            + 2 * n_train * (costs.read_s + costs.smooth_s) + controls * costs.control_s
+            + queries * costs.smooth_s + n_train * (queries + n_heldout + controls) * costs.local_pair_s)
+
+
 # FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
 # classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; fitted to one-off
 # timings in one process on the 2-core machine while it ran other work (a demo NCCT volume, 0.91 M voxels
@@ -113,7 +138,8 @@ def constant_costs(shape: Sequence[int], astra: bool, coarse_stage: bool) -> Cos
                  embedding_s=(SECONDS_PER_EMBEDDING_1MM_ASTRA if astra else SECONDS_PER_EMBEDDING_1MM) * scale,
                  embedding_start_s=0.0, align_pair_s=per_align * scale, align_volume_s=0.0, radiomics_s=None,
                  how="constants of the development machine scaled by voxels (docs/benchmarks.md; not timed here)",
-                 machine=machine())
+                 machine=machine(), smooth_s=SECONDS_PER_SMOOTH_1MM * scale,
+                 local_pair_s=SECONDS_PER_LOCAL_PAIR_1MM * scale, control_s=SECONDS_PER_CONTROL_1MM * scale)
 
 
 def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict, costs=None) -> dict:
@@ -173,6 +199,7 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     n_queries = n_synthetic + n_heldout + n_heldout * len(local_cfg["controls"]["sizes_mm"])
     n_blocks = BlockGrid.from_mm(shape, spacing, float(local_cfg["block_mm"]), clamp=True).n_blocks
     local_gb = n_queries * 4 * (2 * float(np.prod(shape)) + max(n, 1) * n_blocks) / 2 ** 30
+    local_s = local_seconds(costs, n_train, n_synthetic, n_heldout, len(local_cfg["controls"]["sizes_mm"]))
     # FRD (fidelity.frd): every training, held-out and synthetic volume once, in the rule's 2 processes
     per_radiomics = costs.radiomics_s if costs.radiomics_s is not None else radiomics_seconds(shape, spacing)
     frd_hours = ((n_train + n_heldout + n_synthetic) * per_radiomics / 2
@@ -180,6 +207,7 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "frd_on": frd_hours <= FRD_BUDGET_HOURS, "frd_hours": frd_hours, "n_synthetic": n_synthetic,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
+            "local_hours": local_s / 3600,
             "n_heldout": n_heldout,
             "extractor": "astra_resnet152" if astra_installed() else None,
             "alignment_on": seconds <= ALIGNMENT_BUDGET_HOURS * 3600, "alignment_pairs": pairs,
@@ -254,6 +282,8 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
         stages["alignment"] = derived["alignment_hours"] * 3600
     if derived.get("frd_on"):
         stages["FRD radiomics"] = derived["frd_hours"] * 3600
+    if derived.get("local_on") and "local_hours" in derived:
+        stages["local level"] = derived["local_hours"] * 3600
     levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
               + " embeddings: RMSE, cosine)"]
     if inp.labels:

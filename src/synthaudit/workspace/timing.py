@@ -7,7 +7,8 @@ about an hour), the encoder's does not scale with voxels alone, and another CPU'
 every figure. So init times one small piece of each stage on the user's own samples (they are on the
 grid the audit runs on, registered or not) with the job's thread count, and scales by the counts of
 the plan: the image level per pair, the encoder per volume, the alignment per synthetic volume and per
-aligned pair, FRD per volume. About 10 s on a small grid, a minute at 1.5 mm, on 2 cores; ``--no-timing`` keeps the constants (``estimate.constant_costs``).
+aligned pair, FRD per volume, the local level per smoothed volume, block-compared pair and positive
+control. About 10 s on a small grid, a minute at 1.5 mm, on 2 cores; ``--no-timing`` keeps the constants (``estimate.constant_costs``).
 The estimate is for this machine: on a cluster, run init where the jobs run, or read it as relative.
 """
 
@@ -40,6 +41,12 @@ class Costs:
     how: str  # "measured on this machine ..." or "constants ..."
     machine: str
     threads: int = THREADS
+    # the local level (relict.local): one volume smoothed at smooth_mm, one more (query, training) pair's
+    # block sums (one pass over the voxels, as the whole-volume RMSE of its controls), one positive
+    # control placed and pasted (three box filters of the donor and a volume of fresh noise)
+    smooth_s: float = 0.0
+    local_pair_s: float = 0.0
+    control_s: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -64,8 +71,52 @@ def _torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+def local_costs(vols: Sequence[np.ndarray], local_cfg: dict, spacing_mm: Sequence[float],
+                threads: int = THREADS) -> tuple[float, float, float]:
+    """The local level's unit costs on these volumes: (smoothing one volume, one more query's block sums
+    against a training volume, one positive control placed and pasted), each the best of two, with the
+    job's functions (relict.local) and threads."""
+    from scipy.ndimage import gaussian_filter
+
+    from ..relict import local
+    from ..relict.kernels import kernel_threads
+    from ..relict.local_audit import smoothing_sigma_vox
+
+    spacing = [float(s) for s in spacing_mm]
+    sigma = smoothing_sigma_vox(float(local_cfg["smooth_mm"]), spacing)
+
+    def best(fn) -> float:
+        times = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+        return min(times)
+
+    smooth = best(lambda: gaussian_filter(vols[0], sigma).astype(np.float32))
+    grid = local.BlockGrid.from_mm(vols[0].shape, spacing, float(local_cfg["block_mm"]), clamp=True)
+    queries = np.ascontiguousarray(np.stack(vols[:5]), np.float32)
+    training = np.ascontiguousarray(vols[4][None], np.float32)
+    with kernel_threads(threads):
+        local.cell_error_sums(queries[:1], training, grid.cell)  # numba compiles once per machine
+        pair = max((best(lambda: local.cell_error_sums(queries, training, grid.cell))
+                    - best(lambda: local.cell_error_sums(queries[:1], training, grid.cell))) / 4, 0.0)
+    sizes = [float(x) for x in local_cfg["controls"]["sizes_mm"]] or [30.0]
+    size = sorted(sizes)[len(sizes) // 2]  # the middle size: the box filters' cost grows with the cube
+    donor, recipient = vols[1], vols[2]
+    inside = np.abs(donor - np.median(donor)) > 0.05 * float(donor.max() - donor.min() or 1.0)
+    rng = np.random.default_rng(0)
+
+    def control():
+        centre, _ = local.informative_centre(gaussian_filter(donor, sigma), inside, [size / s for s in spacing], rng)
+        local.spike(recipient, donor, centre, size, spacing, float(local_cfg["controls"]["margin_mm"]), 1.0, rng)
+
+    return smooth, pair, best(control)
+
+
 def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict, spacing_mm: Sequence[float],
-                  threads: int = THREADS, progress: Callable[[str], None] = print) -> Costs:
+                  threads: int = THREADS, progress: Callable[[str], None] = print,
+                  local_cfg: dict | None = None) -> Costs:
     """Time each heavy stage on up to five of the user's samples (the audit's grid).
 
     - image level: MAE, RMSE and SSIM of one sample against 2 and 6 others and of five against 6 (the
@@ -76,7 +127,8 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     - alignment (``alignment``: relict.alignment): the first sample against 3 and then 6 others with
       the workflow's search (pre-selection, the coarse-to-fine or full-resolution search, the
       closest pairs' refinement); the difference is the per-pair cost, the rest the per-volume one;
-    - FRD: one sample's PyRadiomics features (the rule's function, in this one process).
+    - FRD: one sample's PyRadiomics features (the rule's function, in this one process);
+    - the local level (``local_cfg``: relict.local; None: not timed): :func:`local_costs`.
     """
     from ..features import extractor_from_config
     from ..io import load_volume
@@ -155,7 +207,8 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     three, six = min(align(3), align(3)), min(align(6), align(6))  # the best of two: timing noise is one-sided
     per_pair = max((six - three) / 3, 0.1 * six / 6)
     per_volume = max(three - 3 * per_pair, 0.0)
+    smooth, local_pair, control = local_costs(vols, local_cfg, spacing_mm, threads) if local_cfg else (0.0, 0.0, 0.0)
     return Costs(image_pair_s=image_pair, image_train_s=image_train, read_s=read, embedding_s=embedding, embedding_start_s=load + max(calls[0] + calls[1] - 2 * calls[2], 0.0),
                  align_pair_s=per_pair, align_volume_s=per_volume, radiomics_s=radiomics,
                  how=f"measured on this machine by init on {len(paths)} of your samples", machine=machine(),
-                 threads=threads)
+                 threads=threads, smooth_s=smooth, local_pair_s=local_pair, control_s=control)

@@ -162,7 +162,7 @@ def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, 
     first = next(iter(synthetic.values()))
     try:
         return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
-                             progress=progress)
+                             progress=progress, local_cfg=params["local"])
     except Exception as e:  # the estimate is advice: a failure to time (memory, a missing encoder) must not stop init
         progress(f"  timing failed ({type(e).__name__}: {e}); the estimate uses the constants instead")
         return None
