@@ -148,3 +148,14 @@ def test_the_committed_real_anatomy_estimate_is_within_1_5x_as_benchmarks_md_say
     assert (f"they were {min(constants):.1f}-{max(constants):.1f}x off per stage, the timed estimate "
             f"{min(timed):.2f}-{max(timed):.2f}x") in " ".join(own.split())
     assert f"stages came out {min(small):.2f}-{max(small):.2f}x" in " ".join(text.split())
+
+
+def test_the_committed_local_level_estimate_is_within_1_5x_as_benchmarks_md_says():
+    from workflow_helpers import ROOT
+
+    rows = json.loads((ROOT / "results/bench/estimate_local_level.json").read_text())["rows"]
+    text = (ROOT / "docs/benchmarks.md").read_text()
+    assert len(rows) >= 2 and all(1 / 1.5 <= r["ratio"] <= 1.5 for r in rows), rows
+    for r in rows:
+        assert (f"| {' x '.join(map(str, r['shape']))} | {r['n_train']} / {r['n_heldout']} / {r['n_synthetic']} | "
+                f"{r['estimated_s']} | {r['measured_s']} | {r['ratio']:.2f} |") in text

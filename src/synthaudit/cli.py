@@ -72,7 +72,7 @@ def _init(args) -> int:
     est = p["estimate"]
     print(f"  work: {p['pairs']:,} volume pairs per measure; {how}")
     print("  time (job-minutes on 2 threads; " + est["how"] + (f", {est['machine']}" if est["machine"] else "")
-          + "; segmentation, privacy filters and the local level extra): "
+          + "; the segmentation U-Net, the privacy filters and FRD within label classes extra): "
           + "; ".join(f"{stage} {seconds / 60:.1f}" for stage, seconds in est["stages_s"].items())
           + f" (written to {d}/data/estimate.json; the verdict sets the measured times beside them)")
     der = p.get("derived")

@@ -49,7 +49,7 @@ ALIGNMENT_BUDGET_HOURS = 4.0
 # cohort's benchmark files on the 2-core machine (bench/layouts cohort through init, 2026-11-28):
 # MAE/RMSE jobs 0.9 s, SSIM 2.2, alignment 2.3-2.9, radiomics 3.7, the encoder's 3.1-4.1 of which init
 # times the load and first calls, not the imports (2 s); the local level's whole job took 1.5 s there
-JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 3.7, "embedding": 2.0, "local": 1.0}
+JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 3.7, "embedding": 2.0, "local": 1.5}
 
 
 # K = this x n candidates aligned per synthetic volume on grids without a coarse stage: every
