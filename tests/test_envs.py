@@ -17,7 +17,11 @@ RULES = ROOT / "workflow" / "rules"
 LIB = ROOT / "src" / "synthaudit"
 
 # modules imported only on an optional path, with why the env does not list them
-OPTIONAL: dict[str, str] = {}
+OPTIONAL: dict[str, str] = {
+    # the image level's GPU kernels (relict.triton_kernels) import it where present, else the torch path
+    # runs; conda-forge's CUDA builds of pytorch depend on it, its CPU builds need none
+    "triton": "imported in try/except; brought by CUDA builds of pytorch",
+}
 DYNAMIC = re.compile(r"^synthaudit(\.\w+)+$")
 
 # import name -> acceptable conda package names
