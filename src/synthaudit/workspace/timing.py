@@ -71,6 +71,12 @@ def _torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+def _seconds(fn: Callable[[], object]) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def local_costs(vols: Sequence[np.ndarray], local_cfg: dict, spacing_mm: Sequence[float],
                 threads: int = THREADS) -> tuple[float, float, float]:
     """The local level's unit costs on these volumes: (smoothing one volume, one more query's block sums
@@ -85,13 +91,8 @@ def local_costs(vols: Sequence[np.ndarray], local_cfg: dict, spacing_mm: Sequenc
     spacing = [float(s) for s in spacing_mm]
     sigma = smoothing_sigma_vox(float(local_cfg["smooth_mm"]), spacing)
 
-    def best(fn) -> float:
-        times = []
-        for _ in range(2):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        return min(times)
+    def best(fn) -> float:  # the best of two: timing noise is one-sided
+        return min(_seconds(fn), _seconds(fn))
 
     smooth = best(lambda: gaussian_filter(vols[0], sigma).astype(np.float32))
     grid = local.BlockGrid.from_mm(vols[0].shape, spacing, float(local_cfg["block_mm"]), clamp=True)
