@@ -89,3 +89,26 @@ def test_auto_keeps_the_cpu_engine_and_triton_without_a_gpu_is_refused_with_its_
     with pytest.raises(ValueError, match="backend 'triton': the Triton kernels run on CUDA devices"):
         image_measures.all_pairs_image_measures(v, v, ["mae"], data_range=1.0, device="cpu", backend="triton")
     assert image_measures.all_pairs_image_measures(v, v, ["mae"], data_range=1.0, device="cpu")["mae"][0, 0] == 0
+
+
+def test_under_auto_a_failing_kernel_costs_a_warning_and_the_torch_path_not_the_run(caplog):
+    """A GPU Triton cannot compile for must not stop an audit that asked for nothing in particular: under
+    'auto' the first failure switches to the torch path for good (said in the log); under 'triton' it is
+    raised."""
+    calls = []
+
+    def broken():
+        calls.append("kernel")
+        raise RuntimeError("PTX compilation failed\nmore")
+
+    def torch_path():
+        calls.append("torch")
+        return 7
+
+    auto = image_measures._KernelsOrTorch(True, True, "cuda:0")
+    assert auto.run(broken, torch_path) == 7 and auto.run(broken, torch_path) == 7
+    assert calls == ["kernel", "torch", "torch"]
+    assert "the fused Triton kernels failed on cuda:0 (RuntimeError: PTX compilation failed)" in caplog.text
+    with pytest.raises(RuntimeError, match="PTX compilation failed"):
+        image_measures._KernelsOrTorch(True, False, "cuda:0").run(broken, torch_path)
+    assert image_measures._KernelsOrTorch(False, True, "cuda:0").run(broken, torch_path) == 7

@@ -284,7 +284,7 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
     why_not = triton_kernels.unavailable(dev)
     if backend == "triton" and why_not:
         raise ValueError(f"backend 'triton': {why_not}")
-    fused_kernels = backend == "triton" or (backend == "auto" and why_not is None)
+    fused = _KernelsOrTorch(backend == "triton" or (backend == "auto" and why_not is None), backend == "auto", dev)
     with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
         ssim = None
         if "ssim" in wanted:
@@ -312,22 +312,46 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
                 if pairs is None:
                     batch = slice(start, start + batch_size)
                 if errors:
-                    abs_sum, sq_sum = (triton_kernels.error_sums(syn[batch], target) if fused_kernels
-                                       else _error_sums(syn[batch], target, rows, workspace))
+                    abs_sum, sq_sum = fused.run(lambda: triton_kernels.error_sums(syn[batch], target),
+                                                lambda: _error_sums(syn[batch], target, rows, workspace))
                     if "mae" in column:
                         column["mae"][batch] = abs_sum / n_voxels
                     if "rmse" in column:
                         column["rmse"][batch] = numerics_torch.sqrt(sq_sum / n_voxels)
                 if ssim:
-                    column["ssim"][batch] = (
-                        triton_kernels.ssim_means(ssim, syn_moments[batch], target_moments, workspace)
-                        if fused_kernels else ssim.mean(syn_moments[batch], target_moments, rows, workspace))
+                    column["ssim"][batch] = fused.run(
+                        lambda: triton_kernels.ssim_means(ssim, syn_moments[batch], target_moments, workspace),
+                        lambda: ssim.mean(syn_moments[batch], target_moments, rows, workspace))
             for m in wanted:
                 columns[m].append(column[m].cpu().numpy())
             if progress is not None:
                 progress(done, total)
 
     return {m: np.stack(columns[m], axis=1) if columns[m] else np.empty((n_synthetic, 0)) for m in wanted}
+
+
+class _KernelsOrTorch:
+    """The fused GPU kernels while they work, else the torch path: under backend ``auto`` a GPU
+    Triton cannot compile for (or any failure of theirs) costs a warning and the torch path, not the
+    run; under backend ``triton`` the failure is raised."""
+
+    def __init__(self, active: bool, fall_back: bool, device):
+        self.active, self.fall_back, self.device = active, fall_back, device
+
+    def run(self, kernels: Callable, torch_path: Callable):
+        if self.active:
+            try:
+                return kernels()
+            except Exception as e:  # noqa: BLE001 - Triton's compiler and driver raise many kinds
+                if not self.fall_back:
+                    raise
+                import logging
+
+                logging.getLogger(__name__).warning(
+                    "the fused Triton kernels failed on %s (%s: %s); the torch path computes the image level",
+                    self.device, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+                self.active = False
+        return torch_path()
 
 
 def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_range: float, ssim_sigma: float,

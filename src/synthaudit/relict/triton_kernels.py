@@ -51,6 +51,9 @@ def unavailable(device) -> str | None:
     if triton is None:
         return "Triton is not installed (it ships with CUDA builds of PyTorch)"
     if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        if (major, minor) < (7, 0):  # what torch's own Triton backend requires
+            return f"Triton compiles for GPUs of compute capability 7.0 or newer; {device} has {major}.{minor}"
         return None
     if os.environ.get("TRITON_INTERPRET") == "1":
         return None
