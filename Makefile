@@ -10,7 +10,7 @@ PROFILE := --workflow-profile workflow/profiles/default
 # make demo: the default profile, plus one thread for the jobs the demo's small volumes leave single-threaded
 DEMO_PROFILE := --workflow-profile workflow/profiles/demo
 
-.PHONY: demo test test-e2e test-slurm test-slurm-run install lint wheel lock numerics-digests baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local
+.PHONY: demo test test-e2e test-slurm test-slurm-run install lint wheel lock numerics-digests baseline demo-check report privacy anonymise augmentation feature-study real-anatomy dvc-repro clean bench bench-quick bench-loop bench-shortlist bench-alignment-recall bench-cvae bench-local bench-gpu
 
 # uv installs the same pins as pip (constraints.txt) in 34 s instead of 85 s on 2 cores, bytecode
 # compiled; it does not read pip's configuration, so pip's find-links (a local torch CPU wheel) are passed on.
@@ -146,6 +146,11 @@ bench-cvae: $(STAMP)
 # level's sensitivity and false positives by block size and smoothing (docs/local_replicas.md)
 bench-local: $(STAMP)
 	$(BENCH) synthaudit_bench.local_replicas --sweep --out results/bench/local_replicas.json
+
+# the image level's fused Triton kernels against the torch path at RELICT's NCCT size, on a CUDA machine
+# (issue 47; docs/benchmarks.md "The image level on a GPU"): results/bench/gpu_image_level.json
+bench-gpu: $(STAMP)
+	$(BIN)/python bench/gpu/image_level.py
 
 # the shortlist search at 2,000 training x 200 synthetic volumes (3 mm), with a projection to
 # 10,000 x 5,000 at 1 mm (docs/large_datasets.md): results/bench/shortlist_scale.{json,md}
