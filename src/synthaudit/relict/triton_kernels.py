@@ -80,35 +80,23 @@ if triton is not None:
             out += n_blocks
 
     @triton.jit
-    def _product_first_axis(x_ptr, y_ptr, w_ptr, out_ptr, plane, x_volume, out_volume, TAPS: tl.constexpr,
-                            BLOCK: tl.constexpr):
-        """out[b, i, v] = sum_a w[a] x~[b, i + a, v] y~[i + a, v]: the product is never stored."""
-        i = tl.program_id(1)
-        b = tl.program_id(2).to(tl.int64)
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        inside = offs < plane
-        x_at = x_ptr + b * x_volume + i * plane + offs
-        y_at = y_ptr + i * plane + offs
-        acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for a in tl.static_range(TAPS):
-            w = tl.load(w_ptr + a)
-            xv = tl.load(x_at + a * plane, mask=inside, other=0.0)
-            yv = tl.load(y_at + a * plane, mask=inside, other=0.0)
-            acc += w * (xv * yv)
-        tl.store(out_ptr + b * out_volume + i * plane + offs, acc, mask=inside)
-
-    @triton.jit
-    def _second_axis(in_ptr, w_ptr, out_ptr, nz, plane_in, plane_out, volume_in, volume_out, TAPS: tl.constexpr,
-                     BLOCK: tl.constexpr):
-        """out[b, i, j, k] = sum_c w[c] in[b, i, j + c, k] (rows of nz; out has TAPS - 1 rows fewer)."""
+    def _axis_pass(in_ptr, y_ptr, w_ptr, out_ptr, stride, plane_in, plane_out, volume_in, volume_out,
+                   PRODUCT: tl.constexpr, TAPS: tl.constexpr, BLOCK: tl.constexpr):
+        """One 11-tap pass along an axis whose neighbours lie ``stride`` apart, for output plane i of
+        volume b: ``out[b, i, v] = sum_a w[a] in[b, i, v + a stride]``. With PRODUCT, ``in`` is the shifted
+        synthetic volume times the shifted training volume ``y`` (same layout, no batch axis), formed as
+        it is read: the product is never stored."""
         i = tl.program_id(1)
         b = tl.program_id(2).to(tl.int64)
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         inside = offs < plane_out
         src = in_ptr + b * volume_in + i * plane_in + offs
         acc = tl.zeros([BLOCK], dtype=tl.float32)
-        for c in tl.static_range(TAPS):
-            acc += tl.load(w_ptr + c) * tl.load(src + c * nz, mask=inside, other=0.0)
+        for a in tl.static_range(TAPS):
+            v = tl.load(src + a * stride, mask=inside, other=0.0)
+            if PRODUCT:
+                v = v * tl.load(y_ptr + i * plane_in + offs + a * stride, mask=inside, other=0.0)
+            acc += tl.load(w_ptr + a) * v
         tl.store(out_ptr + b * volume_out + i * plane_out + offs, acc, mask=inside)
 
     @triton.jit
@@ -134,6 +122,18 @@ if triton is not None:
         b2 = tl.load(xb_ptr + x_at, mask=inside, other=1.0) + tl.load(yb_ptr + y_at, mask=inside, other=1.0)
         terms = tl.where(inside, a1 * a2 / (b1 * b2), 0.0)
         tl.store(part_ptr + (b * tl.num_programs(1) + i) * n_parts + pid, tl.sum(terms, axis=0))
+
+
+_TAPS: dict = {}
+
+
+def _taps(weights, device):
+    """The filter's float32 taps on the device, copied there once (a copy per call would synchronise
+    the device for every training volume)."""
+    key = (bytes(memoryview(weights)), str(device))
+    if key not in _TAPS:
+        _TAPS[key] = torch.tensor(weights, dtype=torch.float32, device=device)
+    return _TAPS[key]
 
 
 def _check(device) -> None:
@@ -165,15 +165,16 @@ def ssim_means(ssim, x, y, workspace):
     n_batch, nx, ny, nz = x.shifted.shape
     taps = 2 * ssim.radius + 1
     ox, oy, oz = nx - taps + 1, ny - taps + 1, nz - taps + 1
-    w = torch.tensor(ssim.filter.weights, dtype=torch.float32, device=device)
+    w = _taps(ssim.filter.weights, device)
     plane, plane_mid, plane_out = ny * nz, oy * nz, oy * oz
     first = workspace("filter0", (n_batch, ox, ny, nz))
     second = workspace("filter1", (n_batch, ox, oy, nz))
     xs, ys = x.shifted.contiguous(), y.shifted.contiguous()
-    _product_first_axis[(triton.cdiv(plane, BLOCK), ox, n_batch)](
-        xs, ys, w, first, plane, nx * plane, ox * plane, TAPS=taps, BLOCK=BLOCK)
-    _second_axis[(triton.cdiv(plane_mid, BLOCK), ox, n_batch)](
-        first, w, second, nz, plane, plane_mid, ox * plane, ox * plane_mid, TAPS=taps, BLOCK=BLOCK)
+    _axis_pass[(triton.cdiv(plane, BLOCK), ox, n_batch)](  # the first axis, the product formed as it is read
+        xs, ys, w, first, plane, plane, plane, nx * plane, ox * plane, PRODUCT=True, TAPS=taps, BLOCK=BLOCK)
+    _axis_pass[(triton.cdiv(plane_mid, BLOCK), ox, n_batch)](  # the second axis
+        first, first, w, second, nz, plane, plane_mid, ox * plane, ox * plane_mid, PRODUCT=False, TAPS=taps,
+        BLOCK=BLOCK)
     n_parts = triton.cdiv(plane_out, BLOCK)
     parts = torch.empty((n_batch, ox, n_parts), dtype=torch.float32, device=device)
     maps = [m.contiguous() for m in (x.cross, x.mean, x.alpha, x.beta, y.cross, y.mean, y.alpha, y.beta)]

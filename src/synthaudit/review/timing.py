@@ -58,13 +58,15 @@ def _estimate(root: str | Path, dataset: str) -> dict | None:
     return est if est.get("dataset") == dataset else None
 
 
-def estimate_rows(root: str | Path, dataset: str, est: dict | None = None) -> list[dict] | None:
+def estimate_rows(root: str | Path, dataset: str, est: dict | None = None,
+                  measured: dict | None = None) -> list[dict] | None:
     """Per estimated stage: estimated and measured seconds and their ratio; None without an estimate
-    for this dataset. ``est``: the estimate, where the caller has read it."""
+    for this dataset. ``est``, ``measured``: the estimate and the measured seconds, where the caller
+    has read them."""
     est = est or _estimate(root, dataset)
     if est is None:
         return None
-    measured = measured_seconds(root, dataset)
+    measured = measured_seconds(root, dataset) if measured is None else measured
     rows = []
     for stage, seconds in est["stages_s"].items():
         got = measured.get(stage)
@@ -81,7 +83,8 @@ def estimate_lines(root: str | Path, dataset: str) -> list[str]:
     head = (f"  time, init's estimate against the run's jobs (job-minutes; {est.get('how')}"
             + (f", {est['machine']}" if est.get("machine") else "") + "):")
     lines = [head]
-    for r in estimate_rows(root, dataset, est):
+    measured = measured_seconds(root, dataset)
+    for r in estimate_rows(root, dataset, est, measured):
         if r["measured_s"] is None:
             lines.append(f"    {r['stage']}: estimated {r['estimated_s'] / 60:.1f}, not run")
         else:
@@ -89,7 +92,6 @@ def estimate_lines(root: str | Path, dataset: str) -> list[str]:
                          + (f" ({r['ratio']:.2f}x)" if r["ratio"] is not None else ""))
     # what ran without an estimate: the stages the estimate does not model, and a modelled one init left
     # out (an estimate written before it was modelled, or the stage switched on after init)
-    measured = measured_seconds(root, dataset)
     rest = {stage: s for stage, s in measured.items() if stage not in est["stages_s"]}
     rest.update(measured_seconds(root, dataset, UNESTIMATED_BENCHMARKS))
     if rest:

@@ -282,7 +282,7 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
         stages["alignment"] = derived["alignment_hours"] * 3600
     if derived.get("frd_on"):
         stages["FRD radiomics"] = derived["frd_hours"] * 3600
-    if derived.get("local_on") and "local_hours" in derived:
+    if derived.get("local_on"):
         stages["local level"] = derived["local_hours"] * 3600
     levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
               + " embeddings: RMSE, cosine)"]
