@@ -53,3 +53,34 @@ def test_the_fidelity_pages_degradation_table_equals_the_committed_benchmark_jso
     assert held["frechet_distance"]["value"] == pytest.approx(res["floor"]["frechet_distance"]["value"])
     shares = [res["sets"][f"{p} % copies"]["measures"]["authenticity"]["value"] for p in (5, 10, 20)]
     assert shares == sorted(shares, reverse=True) and shares[0] < held["authenticity"]["value"]
+
+
+def test_the_c_t_scale_table_equals_the_committed_benchmark_json_and_says_what_it_shows():
+    cspec = importlib.util.spec_from_file_location("copying_power", ROOT / "bench/real_anatomy/copying_power.py")
+    copying_power = importlib.util.module_from_spec(cspec)
+    cspec.loader.exec_module(copying_power)
+    assert copying_power.doc(write=False) == 0, (
+        f"{copying_power.PAGE}'s C_T table differs from {copying_power.RESULT}: run "
+        "`.venv/bin/python bench/real_anatomy/copying_power.py doc --write`")
+    res = json.loads((ROOT / copying_power.RESULT).read_text())
+    assert res["projection_check"]["difference"] < 1e-9
+    row = {(r["size"], r["share"]): r for r in res["rows"]}
+    # what the page says of it
+    assert all(r["detected"] <= 0.05 for r in res["rows"] if r["share"] == 0)  # no copies: near 0 at every size
+    assert row[(3000, 0.05)]["detected"] >= 0.5 and row[(6000, 0.05)]["detected"] >= 0.9  # 5 %: from 3,000
+    assert row[(1000, 0.10)]["detected"] >= 0.5 and row[(300, 0.20)]["detected"] >= 0.5
+    assert all(row[(s, 0.05)]["detected"] <= 0.05 for s in (20, 100, 300, 1000))  # below that, nothing at 5 %
+    for r in res["rows"]:  # the closed form, 10-22 % weaker than measured from 1,000 volumes on
+        if r["share"] > 0 and r["size"] >= 1000:
+            assert r["expected"] * 1.0 >= r["c_t_mean"] >= r["expected"] * 1.3
+
+
+def test_the_c_t_closed_form_over_cells():
+    cspec = importlib.util.spec_from_file_location("copying_power", ROOT / "bench/real_anatomy/copying_power.py")
+    copying_power = importlib.util.module_from_spec(cspec)
+    cspec.loader.exec_module(copying_power)
+    # one cell: the per-cell Z_U of docs/fidelity.md, -q sqrt(3mn / (m + n + 1))
+    assert copying_power.expected_c_t(0.05, 20, 31, 1) == pytest.approx(-0.05 * (3 * 20 * 31 / 52) ** 0.5)
+    # k equal cells: each cell's m / k and n / k
+    assert copying_power.expected_c_t(0.05, 3000, 3000, 3) == pytest.approx(copying_power.expected_c_t(0.05, 1000, 1000, 1))
+    assert copying_power.expected_c_t(0.0, 500, 500, 3) == 0.0
