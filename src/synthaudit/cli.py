@@ -72,7 +72,7 @@ def _init(args) -> int:
     est = p["estimate"]
     print(f"  work: {p['pairs']:,} volume pairs per measure; {how}")
     print("  time (job-minutes on 2 threads; " + est["how"] + (f", {est['machine']}" if est["machine"] else "")
-          + "; the segmentation U-Net, the privacy filters and FRD within label classes extra): "
+          + "; the segmentation U-Net and FRD within label classes extra): "
           + "; ".join(f"{stage} {seconds / 60:.1f}" for stage, seconds in est["stages_s"].items())
           + f" (written to {d}/data/estimate.json; the verdict sets the measured times beside them)")
     der = p.get("derived")
@@ -85,7 +85,10 @@ def _init(args) -> int:
               + (f"; feature level: {der['extractor']} (pretrained, docs/real_anatomy.md)" if der.get("extractor")
                  else "")
               + f"; FRD {'on' if der['frd_on'] else 'off'} (fidelity.frd: about {der['frd_hours']:.1f} h of "
-              "PyRadiomics on 2 processes)")
+              "PyRadiomics on 2 processes)"
+              + (f"; privacy filters' training {der['privacy_hours_range'][0] * 60:.1f}-"
+                 f"{der['privacy_hours_range'][1] * 60:.1f} job-minutes (early stopping decides)"
+                 if der.get("privacy_hours_range") else ""))
     if p["warning"]:
         print(f"  WARNING: {p['warning']}")
     print(f"\nnext:\n  cd {d}\n  snakemake --cores all          # or: dvc repro; SLURM: --workflow-profile "

@@ -26,11 +26,11 @@ STAGE_BENCHMARKS = {
     "alignment": ["relict_align/{d}.tsv", "relict_matched_align/{d}.tsv"],
     "FRD radiomics": ["radiomics/{d}/*.tsv"],
     "local level": ["relict_local/{d}.tsv"],
+    "privacy filters' training": ["privacy_train/{d}/*/*.tsv"],
 }
 # stages the estimate does not model yet (issue 47): the verdict shows what they took, so the part of the
 # run the estimate leaves out is visible, not silently missing
 UNESTIMATED_BENCHMARKS = {
-    "privacy filters' training": ["privacy_train/{d}/*/*.tsv"],
     "U-Net (training, prediction)": ["segment_train_unet/{d}.tsv", "segment_predict/{d}/*.tsv"],
     "FRD within label classes": ["radiomics_classes/{d}/*.tsv"],
     "2.5D FD slices": ["slice_features/{d}/*.tsv"],
@@ -84,11 +84,15 @@ def estimate_lines(root: str | Path, dataset: str) -> list[str]:
             + (f", {est['machine']}" if est.get("machine") else "") + "):")
     lines = [head]
     measured = measured_seconds(root, dataset)
+    ranges = est.get("ranges_s") or {}
     for r in estimate_rows(root, dataset, est, measured):
+        span = ranges.get(r["stage"])  # a stage whose length the run decides (early stopping)
+        estimated = f"estimated {r['estimated_s'] / 60:.1f}" + (
+            f" (between {span[0] / 60:.1f} and {span[1] / 60:.1f})" if span else "")
         if r["measured_s"] is None:
-            lines.append(f"    {r['stage']}: estimated {r['estimated_s'] / 60:.1f}, not run")
+            lines.append(f"    {r['stage']}: {estimated}, not run")
         else:
-            lines.append(f"    {r['stage']}: estimated {r['estimated_s'] / 60:.1f}, measured {r['measured_s'] / 60:.1f}"
+            lines.append(f"    {r['stage']}: {estimated}, measured {r['measured_s'] / 60:.1f}"
                          + (f" ({r['ratio']:.2f}x)" if r["ratio"] is not None else ""))
     # what ran without an estimate: the stages the estimate does not model, and a modelled one init left
     # out (an estimate written before it was modelled, or the stage switched on after init)

@@ -47,9 +47,12 @@ ALIGNMENT_BUDGET_HOURS = 4.0
 
 # a job's start-up that does no work (Python, imports, the script's set-up), per job, from the tiny
 # cohort's benchmark files on the 2-core machine (bench/layouts cohort through init, 2026-11-28):
-# MAE/RMSE jobs 0.9 s, SSIM 2.2, alignment 2.3-2.9, radiomics 3.7, the encoder's 3.1-4.1 of which init
-# times the load and first calls, not the imports (2 s); the local level's whole job took 1.5 s there
-JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 3.7, "embedding": 2.0, "local": 1.5}
+# MAE/RMSE jobs 0.9 s, SSIM 2.2, alignment 2.3-2.9, the encoder's 3.1-4.1 of which init times the load
+# and first calls, not the imports (2 s); the local level's whole job took 1.5 s there. Radiomics: 0.6-1.1 s
+# (its three jobs' wall time less their rounds of two volumes at init's per-volume time, 2026-11-29; 3.7 on
+# 2026-11-28, before PyRadiomics' repeated work was removed)
+JOB_START_S = {"image": 1.3, "alignment": 2.6, "radiomics": 1.0, "embedding": 2.0, "local": 1.5, "privacy": 6.5}
+# (privacy: a privacy_train job's wall time less its epochs' own seconds, 5.3-8.1 s over the demo's 8 jobs)
 
 
 # K = this x n candidates aligned per synthetic volume on grids without a coarse stage: every
@@ -97,17 +100,86 @@ SECONDS_PER_LOCAL_PAIR_1MM = 0.0022
 SECONDS_PER_CONTROL_1MM = 1.05
 
 
-def local_seconds(costs, n_train: int, n_synthetic: int, n_heldout: int, n_sizes: int) -> float:
+SECONDS_PER_LOCAL_QUERY_1MM = 0.06  # one query's copy into the stack and anatomy per block (2026-11-29)
+
+
+def local_seconds(costs, n_train: int, n_synthetic: int, n_heldout: int, n_sizes: int, seed: int = 0) -> float:
     """The local level's job (relict.local_audit.run) from its unit costs: every training scan read and
     smoothed twice (the cohort's mean, then the stream), each synthetic and held-out volume read once; one
-    positive control per held-out scan and size; every query (synthetic, held-out, control) smoothed and
-    block-compared with every training scan, and the held-out scans and controls' whole-volume RMSE (the
-    same one pass over the voxels) in the same stream."""
+    positive control per held-out scan and size, each distinct donor (training scan) read and smoothed
+    once more for them (``seed``: relict.local.controls.seed, which draws the donors); every query
+    (synthetic, held-out, control) copied into the job's stack, smoothed, block-compared with every training
+    scan and checked for anatomy per block, and the held-out scans and controls' whole-volume RMSE (the same
+    one pass over the voxels) in the same stream."""
+    from ..relict.local import plan_controls
+
     controls = n_heldout * n_sizes
     queries = n_synthetic + n_heldout + controls
+    donors = len({d for _, _, d in plan_controls(n_heldout, n_train, range(n_sizes), seed)}) if controls else 0
     return (JOB_START_S["local"] + (n_synthetic + n_heldout) * costs.read_s
-            + 2 * n_train * (costs.read_s + costs.smooth_s) + controls * costs.control_s
-            + queries * costs.smooth_s + n_train * (queries + n_heldout + controls) * costs.local_pair_s)
+            + (2 * n_train + donors) * (costs.read_s + costs.smooth_s) + controls * costs.control_s
+            + queries * (costs.smooth_s + costs.local_query_s)
+            + n_train * (queries + n_heldout + controls) * costs.local_pair_s)
+
+
+# the privacy filters' unit costs at 1 mm on the 2-core machine (workspace.timing.privacy_costs on 182 x 218 x
+# 182 volumes, the shipped network at image_downsample 2, 2026-11-29): seconds per distinct scan of a
+# training step and of a validation batch; the fallback where init does not time them
+SECONDS_PER_PRIVACY_SCAN_STEP_1MM = 0.10
+
+
+SECONDS_PER_PRIVACY_SCAN_VAL_1MM = 0.025
+
+
+def _distinct_scans(pairs: int, n_scans: int, batch: int) -> float:
+    """Expected distinct scans over an epoch's batches of ``batch`` pairs drawn among ``n_scans`` scans
+    (each batch embeds its distinct scans once: privacy.train._batch_loss)."""
+    def one(b: int) -> float:
+        return n_scans * (1.0 - (1.0 - 1.0 / n_scans) ** (2 * b)) if n_scans else 0.0
+    full, rest = divmod(int(pairs), int(batch))
+    return full * one(batch) + (one(rest) if rest else 0.0)
+
+
+def privacy_seconds(costs, patients: Sequence[str], privacy_cfg: dict) -> dict:
+    """The privacy filters' training (rule privacy_train: n_filters filters and the retrieval network in
+    the image space, one job each) from the unit costs: the job's own patient split
+    (privacy.data.patient_split) and pairs per epoch (every positive pair of the training patients and
+    ``negatives_per_positive`` negatives each; the validation pairs), the distinct scans of each batch.
+
+    The epochs are not known in advance: early stopping ends a job after ``patience`` epochs without a
+    better validation loss, between ``patience + 1`` and ``epochs`` epochs (the demo's 8 jobs: 9-30).
+    ``seconds`` takes the middle of that range; ``low`` and ``high`` its ends. ``patients``: the patient
+    of each training scan."""
+    from ..privacy.data import patient_split, positive_pairs
+
+    t = privacy_cfg["training"]
+    batch, ratio = int(t["batch_pairs"]), int(t["negatives_per_positive"])
+    rows = list(range(len(patients)))
+    train_idx, val_idx = patient_split(list(patients), rows, float(t["validation_fraction"]), int(t["split_seed"]))
+    pos_train, pos_val = len(positive_pairs(patients, train_idx)), len(positive_pairs(patients, val_idx))
+    val_pool = len(val_idx) + (len(train_idx) if len({patients[i] for i in val_idx}) < 2 else 0)
+    epoch = (_distinct_scans(pos_train * (1 + ratio), len(train_idx), batch) * costs.privacy_scan_step_s
+             + _distinct_scans(pos_val * (1 + ratio), val_pool, batch) * costs.privacy_scan_val_s)
+    jobs = int(privacy_cfg["consistency"]["n_filters"]) + 1  # and the retrieval network
+    low, high = min(int(t["patience"]) + 1, int(t["epochs"])), int(t["epochs"])
+    each = {k: jobs * (JOB_START_S["privacy"] + e * epoch) for k, e in (("low", low), ("high", high),
+                                                                        ("seconds", (low + high) / 2))}
+    return {**each, "jobs": jobs, "epoch_s": epoch, "epochs": [low, high], "positive_pairs": pos_train}
+
+
+def privacy_possible(rows: list[dict]) -> tuple[bool, str]:
+    """Whether init switches the privacy filters on (held-out scans and a training patient with two scans
+    to learn identity from), and why not."""
+    per_patient: dict[str, int] = {}
+    for r in rows:
+        if r["role"] == "train":
+            per_patient[r["patient_id"]] = per_patient.get(r["patient_id"], 0) + 1
+    repeated = sum(n > 1 for n in per_patient.values())
+    n_heldout = sum(r["role"] == "heldout" for r in rows)
+    if n_heldout and repeated:
+        return True, f"{repeated} patients with >= 2 training scans and {n_heldout} held-out scans"
+    return False, ("no held-out scans (--heldout)" if not n_heldout else
+                   "no patient with two training scans (--patient-ids or --patient-pattern)")
 
 
 # FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
@@ -139,7 +211,10 @@ def constant_costs(shape: Sequence[int], astra: bool, coarse_stage: bool) -> Cos
                  embedding_start_s=0.0, align_pair_s=per_align * scale, align_volume_s=0.0, radiomics_s=None,
                  how="constants of the development machine scaled by voxels (docs/benchmarks.md; not timed here)",
                  machine=machine(), smooth_s=SECONDS_PER_SMOOTH_1MM * scale,
-                 local_pair_s=SECONDS_PER_LOCAL_PAIR_1MM * scale, control_s=SECONDS_PER_CONTROL_1MM * scale)
+                 local_pair_s=SECONDS_PER_LOCAL_PAIR_1MM * scale, control_s=SECONDS_PER_CONTROL_1MM * scale,
+                 local_query_s=SECONDS_PER_LOCAL_QUERY_1MM * scale,
+                 privacy_scan_step_s=SECONDS_PER_PRIVACY_SCAN_STEP_1MM * scale,
+                 privacy_scan_val_s=SECONDS_PER_PRIVACY_SCAN_VAL_1MM * scale)
 
 
 def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: dict, costs=None) -> dict:
@@ -199,15 +274,30 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     n_queries = n_synthetic + n_heldout + n_heldout * len(local_cfg["controls"]["sizes_mm"])
     n_blocks = BlockGrid.from_mm(shape, spacing, float(local_cfg["block_mm"]), clamp=True).n_blocks
     local_gb = n_queries * 4 * (2 * float(np.prod(shape)) + max(n, 1) * n_blocks) / 2 ** 30
-    local_s = local_seconds(costs, n_train, n_synthetic, n_heldout, len(local_cfg["controls"]["sizes_mm"]))
+    local_s = local_seconds(costs, n_train, n_synthetic, n_heldout, len(local_cfg["controls"]["sizes_mm"]),
+                            int(local_cfg["controls"]["seed"]))
     # FRD (fidelity.frd): every training, held-out and synthetic volume once, in the rule's 2 processes
     per_radiomics = costs.radiomics_s if costs.radiomics_s is not None else radiomics_seconds(shape, spacing)
     frd_hours = ((n_train + n_heldout + n_synthetic) * per_radiomics / 2
                  + (2 + bool(n_heldout)) * JOB_START_S["radiomics"]) / 3600
+    # the privacy filters (on as params_text switches them on), in the image space
+    privacy_on = privacy_possible(rows)[0]
+    privacy = None
+    if privacy_on:
+        from ..privacy.data import PrivacyDataError
+
+        try:
+            privacy = privacy_seconds(costs, [r["patient_id"] for r in rows if r["role"] == "train"],
+                                      _repo_params()["privacy"])
+        except PrivacyDataError:  # fewer than two patients with two scans: the job will say so
+            privacy = None
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "frd_on": frd_hours <= FRD_BUDGET_HOURS, "frd_hours": frd_hours, "n_synthetic": n_synthetic,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
             "local_hours": local_s / 3600,
+            "privacy_on": privacy is not None,
+            "privacy_hours": privacy["seconds"] / 3600 if privacy else 0.0,
+            "privacy_hours_range": [privacy["low"] / 3600, privacy["high"] / 3600] if privacy else None,
             "n_heldout": n_heldout,
             "extractor": "astra_resnet152" if astra_installed() else None,
             "alignment_on": seconds <= ALIGNMENT_BUDGET_HOURS * 3600, "alignment_pairs": pairs,
@@ -284,6 +374,10 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
         stages["FRD radiomics"] = derived["frd_hours"] * 3600
     if derived.get("local_on"):
         stages["local level"] = derived["local_hours"] * 3600
+    ranges = {}
+    if derived.get("privacy_on"):
+        stages["privacy filters' training"] = derived["privacy_hours"] * 3600
+        ranges["privacy filters' training"] = [round(h * 3600, 1) for h in derived["privacy_hours_range"]]
     levels = ["image (MAE, RMSE, SSIM)", "feature (" + ("pretrained 3D CT encoder" if astra else "ResNet-50")
               + " embeddings: RMSE, cosine)"]
     if inp.labels:
@@ -293,6 +387,6 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
             "n_patients": len({r["patient_id"] for r in train}), "patients": how, "levels": levels,
             "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs, "search": search,
             "estimate_cpu_minutes": round(seconds / 60, 1), "summary": summary,
-            "estimate": {"stages_s": {k: round(v, 1) for k, v in stages.items()},
+            "estimate": {"stages_s": {k: round(v, 1) for k, v in stages.items()}, "ranges_s": ranges,
                          "how": costs["how"], "machine": costs["machine"], "costs": costs},
             "warning": intensity_warning(summary), "derived": derived}

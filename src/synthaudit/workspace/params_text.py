@@ -10,6 +10,7 @@ from .discover import Inputs, MIN_HELDOUT_AT_5_PERCENT
 from . import estimate as _limits  # the budgets as the decision read them (a test may change them)
 from .estimate import (
     ALIGNMENT_CANDIDATES_PER_N, ALIGNMENT_RANKED_KEEP_PER_N, ALIGNMENT_RANKED_PER_N, RELICT_N, derived_defaults,
+    privacy_possible,
 )
 
 
@@ -230,18 +231,11 @@ def params_text(inp: Inputs, summary: dict, rows: list[dict], manifest: str = "d
     if inp.ratings:
         ds["ratings"] = _path(inp.ratings)
     _set(doc, "datasets", block)
-    per_patient: dict[str, int] = {}
-    for r in rows:
-        if r["role"] == "train":
-            per_patient[r["patient_id"]] = per_patient.get(r["patient_id"], 0) + 1
-    repeated = sum(n > 1 for n in per_patient.values())
     _set(doc, "generator_sweep.dataset", None, "off: needs a generator trained here (synthetic.source ldm)")
-    if heldout and repeated:
-        _set(doc, "privacy.training_sets", [name],
-             f"{repeated} patients with >= 2 training scans and {len(heldout)} held-out scans")
+    on, why = privacy_possible(rows)
+    if on:
+        _set(doc, "privacy.training_sets", [name], why)
     else:
-        why = "no held-out scans (--heldout)" if not heldout else \
-            "no patient with two training scans (--patient-ids or --patient-pattern)"
         _set(doc, "privacy.training_sets", [], f"off: {why}; the filters learn patient identity")
     _set(doc, "privacy.spaces", ["image"], "the latent space needs a generator's autoencoder")
     _set(doc, "privacy.latent_autoencoder", None, "off: no generator trained here")

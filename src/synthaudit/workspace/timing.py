@@ -8,7 +8,7 @@ every figure. So init times one small piece of each stage on the user's own samp
 grid the audit runs on, registered or not) with the job's thread count, and scales by the counts of
 the plan: the image level per pair, the encoder per volume, the alignment per synthetic volume and per
 aligned pair, FRD per volume, the local level per smoothed volume, block-compared pair and positive
-control. About 10 s on a small grid, a minute at 1.5 mm, on 2 cores; ``--no-timing`` keeps the constants (``estimate.constant_costs``).
+control, the privacy filters per scan of a training step and of a validation batch. About 10 s on a small grid, a minute at 1.5 mm, on 2 cores; ``--no-timing`` keeps the constants (``estimate.constant_costs``).
 The estimate is for this machine: on a cluster, run init where the jobs run, or read it as relative.
 """
 
@@ -47,6 +47,12 @@ class Costs:
     smooth_s: float = 0.0
     local_pair_s: float = 0.0
     control_s: float = 0.0
+    local_query_s: float = 0.0  # per query: its copy into the job's stack and its anatomy per block (volume_blocks)
+    # the privacy filters (privacy.train): one training step (a batch of batch_pairs pairs, every distinct
+    # scan of it embedded, the loss backpropagated, Adam's step) per distinct scan in the batch, and one
+    # validation batch's forward pass per distinct scan, on the image space's input (image_downsample)
+    privacy_scan_step_s: float = 0.0
+    privacy_scan_val_s: float = 0.0
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,10 +84,10 @@ def _seconds(fn: Callable[[], object]) -> float:
 
 
 def local_costs(vols: Sequence[np.ndarray], local_cfg: dict, spacing_mm: Sequence[float],
-                threads: int = THREADS) -> tuple[float, float, float]:
+                threads: int = THREADS) -> tuple[float, float, float, float]:
     """The local level's unit costs on these volumes: (smoothing one volume, one more query's block sums
-    against a training volume, one positive control placed and pasted), each the best of two, with the
-    job's functions (relict.local) and threads."""
+    against a training volume, one positive control placed and pasted, one query's copy into the stack
+    and its anatomy per block), each the best of two, with the job's functions (relict.local) and threads."""
     from scipy.ndimage import gaussian_filter
 
     from ..relict import local
@@ -112,12 +118,64 @@ def local_costs(vols: Sequence[np.ndarray], local_cfg: dict, spacing_mm: Sequenc
         centre, _ = local.informative_centre(gaussian_filter(donor, sigma), inside, [size / s for s in spacing], rng)
         local.spike(recipient, donor, centre, size, spacing, float(local_cfg["controls"]["margin_mm"]), 1.0, rng)
 
-    return smooth, pair, best(control)
+    data_range = float(queries.max() - queries.min()) or 1.0
+
+    def bookkeeping():  # the job stacks its queries (raw, then smoothed), then finds each one's anatomy
+        stack = np.concatenate([queries, queries])
+        local.volume_blocks(grid, stack[:len(queries)], float(np.median(queries[0])), data_range)
+
+    return smooth, pair, best(control), best(bookkeeping) / len(queries)
+
+
+def privacy_costs(vols: Sequence[np.ndarray], privacy_cfg: dict, threads: int = THREADS) -> tuple[float, float]:
+    """The privacy filters' unit costs on these volumes: seconds per distinct scan of a training step
+    and of a validation batch, each the best of two after a warm-up step, with the job's network (the
+    image space's input, ``image_downsample``), objective, optimiser, thread count and deterministic
+    mode (privacy.train).
+
+    Why per distinct scan: a batch embeds each of its scans once (``_batch_loss``), so a step costs what
+    its distinct scans cost; the batch of ``batch_pairs`` pairs holds up to twice as many scans."""
+    import torch
+
+    from ..numerics_torch import adam
+    from ..privacy.data import image_input
+    from ..privacy.model import SiameseNetwork
+    from ..privacy.train import _batch_loss, network_config
+    from ..training import deterministic
+
+    batch = int(privacy_cfg["training"]["batch_pairs"])
+    n = 2 * batch
+    x = np.stack([image_input(vols[k % len(vols)], int(privacy_cfg["image_downsample"])) for k in range(n)])
+    pairs = np.arange(n).reshape(batch, 2)
+    same = np.r_[np.ones(1), np.zeros(batch - 1)].astype(np.float32)
+    ratio = float(privacy_cfg["training"]["negatives_per_positive"])
+    dev = torch.device("cpu")
+    config = network_config(privacy_cfg["network"], privacy_cfg["filter_objective"], x)
+    with _torch_threads(threads), deterministic(dev, 0):
+        model = SiameseNetwork(config)
+        opt = adam(model.parameters(), lr=float(privacy_cfg["training"]["learning_rate"]))
+
+        def step():
+            model.train()
+            loss = _batch_loss(model, x, pairs, same, float(privacy_cfg["training"]["margin"]), dev, ratio)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+
+        def validate():
+            model.eval()
+            with torch.no_grad():
+                _batch_loss(model, x, pairs, same, float(privacy_cfg["training"]["margin"]), dev, ratio)
+
+        step()  # warm-up: the first call's allocations and thread pool
+        train_s = min(_seconds(step), _seconds(step))
+        val_s = min(_seconds(validate), _seconds(validate))
+    return train_s / n, val_s / n
 
 
 def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict, spacing_mm: Sequence[float],
                   threads: int = THREADS, progress: Callable[[str], None] = print,
-                  local_cfg: dict | None = None) -> Costs:
+                  local_cfg: dict | None = None, privacy_cfg: dict | None = None) -> Costs:
     """Time each heavy stage on up to five of the user's samples (the audit's grid).
 
     - image level: MAE, RMSE and SSIM of one sample against 2 and 6 others and of five against 6 (the
@@ -129,7 +187,8 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
       the workflow's search (pre-selection, the coarse-to-fine or full-resolution search, the
       closest pairs' refinement); the difference is the per-pair cost, the rest the per-volume one;
     - FRD: one sample's PyRadiomics features (the rule's function, in this one process);
-    - the local level (``local_cfg``: relict.local; None: not timed): :func:`local_costs`.
+    - the local level (``local_cfg``: relict.local; None: not timed): :func:`local_costs`;
+    - the privacy filters' training (``privacy_cfg``: privacy; None: not timed): :func:`privacy_costs`.
     """
     from ..features import extractor_from_config
     from ..io import load_volume
@@ -208,8 +267,12 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     three, six = min(align(3), align(3)), min(align(6), align(6))  # the best of two: timing noise is one-sided
     per_pair = max((six - three) / 3, 0.1 * six / 6)
     per_volume = max(three - 3 * per_pair, 0.0)
-    smooth, local_pair, control = local_costs(vols, local_cfg, spacing_mm, threads) if local_cfg else (0.0, 0.0, 0.0)
+    smooth, local_pair, control, local_query = (local_costs(vols, local_cfg, spacing_mm, threads) if local_cfg
+                                                else (0.0, 0.0, 0.0, 0.0))
+    scan_step, scan_val = privacy_costs(vols, privacy_cfg, threads) if privacy_cfg else (0.0, 0.0)
     return Costs(image_pair_s=image_pair, image_train_s=image_train, read_s=read, embedding_s=embedding, embedding_start_s=load + max(calls[0] + calls[1] - 2 * calls[2], 0.0),
                  align_pair_s=per_pair, align_volume_s=per_volume, radiomics_s=radiomics,
                  how=f"measured on this machine by init on {len(paths)} of your samples", machine=machine(),
-                 threads=threads, smooth_s=smooth, local_pair_s=local_pair, control_s=control)
+                 threads=threads, smooth_s=smooth, local_pair_s=local_pair, control_s=control,
+                 local_query_s=local_query,
+                 privacy_scan_step_s=scan_step, privacy_scan_val_s=scan_val)

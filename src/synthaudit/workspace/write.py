@@ -152,17 +152,19 @@ def _write_workspace(target: Path, inp: Inputs, progress, staging: Path | None) 
 
 def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, progress):
     """The heavy stages timed on the user's samples (.timing), with the settings the workspace will run."""
-    from .estimate import _repo_params, _spacing_of, astra_installed
+    from .estimate import _repo_params, _spacing_of, astra_installed, privacy_possible
     from .timing import measure_costs
 
-    params = _repo_params()["relict"]
+    shipped = _repo_params()
+    params = shipped["relict"]
     features = dict(params["features"])
     if astra_installed():  # what derived_defaults will write
         features["extractor"] = "astra_resnet152"
     first = next(iter(synthetic.values()))
     try:
         return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
-                             progress=progress, local_cfg=params["local"])
+                             progress=progress, local_cfg=params["local"],
+                             privacy_cfg=shipped["privacy"] if privacy_possible(rows)[0] else None)
     except Exception as e:  # the estimate is advice: a failure to time (memory, a missing encoder) must not stop init
         progress(f"  timing failed ({type(e).__name__}: {e}); the estimate uses the constants instead")
         return None
