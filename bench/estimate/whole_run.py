@@ -34,8 +34,12 @@ def wall_seconds(ws: Path) -> float | None:
     logs = sorted((ws / ".snakemake/log").glob("*.snakemake.log"))
     if not logs:
         return None
-    stamps = [datetime.strptime(line.strip()[1:-1], "%a %b %d %H:%M:%S %Y")
-              for line in logs[-1].read_text().splitlines() if line.startswith("[") and line.strip().endswith("]")]
+    stamps = []
+    for line in logs[-1].read_text().splitlines():
+        try:  # Snakemake's job lines: [Sun Nov 29 00:21:35 2026]
+            stamps.append(datetime.strptime(line.strip()[1:-1], "%a %b %d %H:%M:%S %Y"))
+        except ValueError:
+            continue
     return (stamps[-1] - stamps[0]).total_seconds() if len(stamps) > 1 else None
 
 
