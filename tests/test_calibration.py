@@ -61,15 +61,14 @@ def test_exchangeable_volumes_are_called_at_about_the_rate_and_copies_always():
     syn = {m: np.append(v, -10.0) for m, v in syn.items()}  # the last volume: a copy
     nulls = {m: _null(held[m], [f"h{i}" for i in range(n_held)]) for m in held}
     fprs = {m: C.calibrate(syn[m], nulls[m], rate)["fpr"] for m in syn}
-    null_fprs = {m: C.heldout_check(nulls[m], rate)["fpr"] for m in held}
     for m in syn:
         assert abs(np.mean(fprs[m][:-1] <= rate) - rate) < 0.03
     any_measure = np.mean(np.any([fprs[m][:-1] <= rate for m in syn], axis=0))
     assert any_measure > 2 * rate  # "called by any measure" adds the measures' false positives up
-    out = C.combined(fprs, null_fprs, nulls["a"], rate)
+    out = C.combined(syn, held, nulls["a"], rate)
     assert abs(np.mean(out["called"][:-1]) - rate) < 0.03 and out["called"][-1]
     with pytest.raises(ValueError, match="differ"):
-        C.combined(fprs, {"a": null_fprs["a"]}, nulls["a"], rate)
+        C.combined(syn, {"a": held["a"]}, nulls["a"], rate)
     with pytest.raises(ValueError, match="rate must be in"):
         C.calibrate(syn["a"], nulls["a"], 1.5)
 
@@ -127,3 +126,31 @@ def test_the_null_is_built_leave_patient_out_and_its_rows_judge_each_scan_withou
     assert [r["heldout_id"] for r in rows] == ["h0", "h1", "h2", "h3"] and list(rows[0]) == C.NULL_COLUMNS
     assert [r["n_null"] for r in rows] == [3, 2, 2, 3]  # each scan's pool leaves its own patient out
     assert [r["called"] for r in rows] == [int(c) for c in check["called"]]
+
+
+def test_the_combined_call_holds_its_rate_where_the_cut_off_is_the_null_s_floor():
+    """20 held-out scans (one per patient), eight measures, 5 %: the cut-off is "below every held-out
+    scan". The smallest rate over the measures called every volume below all held-out scans on any one
+    measure (a synthetic volume's rate reaches 1/21, a held-out scan's leave-patient-out rate only 1/20),
+    about a quarter of exchangeable new patients here; the z-score statistic holds the rate and still
+    calls a copy that only two of the eight measures see."""
+    rng = np.random.default_rng(7)
+    n_held, n_syn, rate, measures = 20, 3000, 0.05, [f"m{k}" for k in range(8)]
+    common = rng.normal(size=(n_held + n_syn + 1, 1))  # the measures are correlated, as image measures are
+    values = 0.6 * common + 0.8 * rng.normal(size=(n_held + n_syn + 1, len(measures)))
+    values[-1, :2] = -12.0  # a copy that only two measures (the aligned ones, say) see
+    held = {m: values[:n_held, k] for k, m in enumerate(measures)}
+    syn = {m: values[n_held:, k] for k, m in enumerate(measures)}
+    nulls = {m: _null(held[m], [f"h{i}" for i in range(n_held)]) for m in measures}
+    fprs = {m: C.calibrate(syn[m], nulls[m], rate)["fpr"] for m in measures}
+    smallest = np.min([fprs[m] for m in measures], axis=0)
+    assert np.mean(smallest[:-1] <= 1 / (n_held + 1) + 1e-12) > 3 * rate  # what the old statistic called
+    out = C.combined(syn, held, nulls["m0"], rate)
+    assert np.mean(out["called"][:-1]) <= rate + 0.015 and out["called"][-1]
+    check = C.combined_heldout_check(held, nulls["m0"], rate)
+    assert check["n_null"].tolist() == [n_held - 1] * n_held and check["called"].sum() <= 2
+
+
+def test_robust_z_falls_back_where_the_pool_has_no_spread():
+    assert C.robust_z(np.array([1.0, 3.0]), np.array([2.0, 2.0, 2.0, 4.0, 0.0]))[0] < 0
+    np.testing.assert_allclose(C.robust_z(np.array([3.0]), np.array([2.0, 2.0, 2.0])), [1.0])  # no spread: 1

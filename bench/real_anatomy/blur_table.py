@@ -66,16 +66,15 @@ def calls(syn: dict, held: dict, held_patients: list[str], training_patients: li
     from synthaudit.relict import calibration
     from synthaudit.relict.ratio import distance_ratio
 
-    fprs, null_fprs, per, null = {}, {}, {}, None
+    scores, null_scores, per, null = {}, {}, {}, None
     for m in MEASURES:
         null = calibration.heldout_null(held[m], [str(i) for i in range(len(held_patients))], held_patients,
                                         training_ids, training_patients, n)[0]
-        got = calibration.calibrate(distance_ratio(syn[m], n, warn=lambda _: None).ratio, null, rate)
-        fprs[m], per[m] = got["fpr"], got["called"]
-        null_fprs[m] = calibration.heldout_check(null, rate)["fpr"]
-    both = calibration.combined(fprs, null_fprs, null, rate)
-    stat = np.min(np.stack([null_fprs[m] for m in MEASURES]), axis=0)
-    held_called = calibration.false_positive_rates(stat, stat, calibration.pools_without(held_patients, null))[0] <= rate
+        scores[m] = distance_ratio(syn[m], n, warn=lambda _: None).ratio
+        per[m] = calibration.calibrate(scores[m], null, rate)["called"]
+        null_scores[m] = null.scores
+    both = calibration.combined(scores, null_scores, null, rate)
+    held_called = calibration.combined_heldout_check(null_scores, null, rate)["called"]
     return {"combined": both["called"], "per_measure": per, "heldout_called": int(held_called.sum())}
 
 

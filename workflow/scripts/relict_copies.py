@@ -28,9 +28,10 @@ with logged(snakemake.log[0]) as log:
     synthetic_ids = sorted(rankings[measures[0]])
     null = calibration.Null(held_ids, [r["patient_id"] for r in nulls[measures[0]]], np.zeros(len(held_ids)),
                             [r["closest_training_id"] for r in nulls[measures[0]]])
-    fprs = {m: np.array([rankings[m][s]["fpr"] for s in synthetic_ids]) for m in measures}
-    null_fprs = {m: np.array([float(r["fpr"]) for r in nulls[m]]) for m in measures}
-    both = calibration.combined(fprs, null_fprs, null, rate, [p.source_patients.get(s) for s in synthetic_ids])
+    scores = {m: np.array([float(rankings[m][s]["score"]) for s in synthetic_ids]) for m in measures}
+    null_scores = {m: np.array([float(r["score"]) for r in nulls[m]]) for m in measures}
+    both = calibration.combined(scores, null_scores, null, rate, [p.source_patients.get(s) for s in synthetic_ids])
+    held_check = calibration.combined_heldout_check(null_scores, null, rate)
     ordered = sorted(measures)  # combined()'s measure index refers to the sorted names
     calls_rows, combined_calls = [], []
     for k, s in enumerate(synthetic_ids):
@@ -52,6 +53,7 @@ with logged(snakemake.log[0]) as log:
     rows, columns = copy_table(patient_of, per_measure, combined_calls)
     write_tsv(snakemake.output.table, rows, columns)
     summary = {"rate": rate, "n_heldout": len(held_ids), "min_rate": calibration.min_rate(len(held_ids)),
+               "combined_heldout_called": int(held_check["called"].sum()),
                "combined": headline(patient_of, combined_calls),
                "measures": {m: headline(patient_of, per_measure[m]) for m in measures},
                # the matched null: the measures (all but the segmentation level's) calibrated against the

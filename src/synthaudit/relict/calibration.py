@@ -19,11 +19,16 @@ No scan calibrates its own decision: a synthetic volume made from a held-out sca
 spiked non-replica) is compared with the held-out scans of the *other* patients, and the
 held-out scans' own rate (the specificity check of the rule) leaves their patient out.
 
-Several measures: the combined statistic of a volume is its smallest rate over the
-measures, calibrated in turn against the same statistic of the held-out scans (each with
-its leave-patient-out rates): calling a volume when *any* measure calls it would add up
-the measures' false positives; this keeps the combined rate at ``rate`` (a max-statistic
-correction, as in permutation tests).
+Several measures: calling a volume when *any* measure calls it would add up the measures'
+false positives. The combined statistic of a volume is its most extreme robust z-score over
+the measures (each score against the held-out scores of its pool: median and scaled MAD),
+calibrated in turn against the same statistic of the held-out scans (each with its
+leave-patient-out pool), a max-statistic correction as in permutation tests. Why z-scores
+and not the smallest rate: ranks against n held-out scans are coarse, and the two sides'
+floors differ (a synthetic volume's rate cannot go below 1/(n + 1), a held-out scan's
+leave-patient-out rate not below 1/n), so with the cut-off at the floor every volume below
+all held-out scans on any *one* measure was called: 5 of 28 new patients on the
+real-anatomy cohort at n = 20, eight measures, 5 %. The z-score keeps how far below.
 """
 
 from __future__ import annotations
@@ -218,38 +223,82 @@ def threshold(null_scores: np.ndarray, rate: float) -> float | None:
     return float(values[k]) if k < values.size else float("inf")
 
 
-def combined(fprs: Mapping[str, np.ndarray], null_fprs: Mapping[str, np.ndarray], null: Null, rate: float,
-             source_patients: Sequence[str | None] | None = None) -> dict[str, np.ndarray]:
-    """Calls combining several measures, calibrated as one statistic.
+def robust_z(scores: np.ndarray, pool: np.ndarray) -> np.ndarray:
+    """``(scores - median(pool)) / scale``: the scale 1.4826 MAD of the pool (the SD where the MAD is
+    0, 1 where both are): how far below a new patient's usual score, in the pool's units."""
+    pool = np.asarray(pool, np.float64)
+    centre = np.median(pool)
+    scale = 1.4826 * np.median(np.abs(pool - centre))
+    if not scale > 0:
+        scale = float(np.std(pool)) or 1.0
+    return (np.asarray(scores, np.float64) - centre) / scale
 
-    The statistic is a volume's smallest rate over the measures; held-out scans get the same
-    statistic from their leave-patient-out rates (:func:`heldout_check`), and a synthetic
-    volume's combined rate is its statistic's rate against theirs (+1 correction, its own
-    source patient left out).
+
+def _combined_z(scores: np.ndarray, held: np.ndarray, pools: np.ndarray) -> np.ndarray:
+    """(rows, measures) z-scores of ``scores`` (rows, M) against ``held`` (H, M), each row against its
+    pool of held-out scans (``pools``: (rows, H) mask)."""
+    out = np.empty(scores.shape, np.float64)
+    keys = {}
+    for r, mask in enumerate(pools):  # rows share few distinct pools (a source patient each)
+        keys.setdefault(mask.tobytes(), []).append(r)
+    for rows in keys.values():
+        mask = pools[rows[0]]
+        if not mask.any():
+            out[rows] = np.inf  # no pool: nothing to compare with, never extreme
+            continue
+        for m in range(scores.shape[1]):
+            out[rows, m] = robust_z(scores[rows, m], held[mask, m])
+    return out
+
+
+def combined(scores: Mapping[str, np.ndarray], null_scores: Mapping[str, np.ndarray], null: Null, rate: float,
+             source_patients: Sequence[str | None] | None = None) -> dict[str, np.ndarray]:
+    """Calls combining several measures, calibrated as one statistic (module docstring).
+
+    The statistic is a volume's smallest robust z-score over the measures (:func:`robust_z`: its
+    score against the held-out scores of its pool); the held-out scans get the same statistic
+    against their leave-patient-out pools, and a synthetic volume's combined rate is its
+    statistic's rate against theirs (+1 correction, its own source patient left out).
 
     Args:
-        fprs: ``{measure: (S,) rates}`` of the synthetic volumes.
-        null_fprs: ``{measure: (H,) leave-patient-out rates}`` of the held-out scans, in
-            ``null``'s order, for the same measures.
+        scores: ``{measure: (S,) scores}`` of the synthetic volumes (lower = more likely a copy).
+        null_scores: ``{measure: (H,) scores}`` of the held-out scans, in ``null``'s order, for the
+            same measures.
         null: The held-out scans (ids and patients; scores unused).
         rate: Decision rate.
         source_patients: As in :func:`calibrate`.
 
     Returns:
         ``{"statistic", "fpr", "n_null", "called", "measure"}`` where ``measure`` is the
-        index (into the sorted measure names of ``fprs``) of the measure giving the minimum.
+        index (into the sorted measure names of ``scores``) of the measure giving the minimum.
     """
     _check_rate(rate)
-    measures = sorted(fprs)
-    if not measures or sorted(null_fprs) != measures:
-        raise ValueError(f"rates of measures {measures} and held-out rates of {sorted(null_fprs)} differ")
-    syn = np.stack([np.asarray(fprs[m], np.float64) for m in measures], axis=1)
-    held = np.stack([np.asarray(null_fprs[m], np.float64) for m in measures], axis=1)
-    statistic, null_statistic = syn.min(axis=1), held.min(axis=1)
+    measures = sorted(scores)
+    if not measures or sorted(null_scores) != measures:
+        raise ValueError(f"scores of measures {measures} and held-out scores of {sorted(null_scores)} differ")
+    syn = np.stack([np.asarray(scores[m], np.float64) for m in measures], axis=1)
+    held = np.stack([np.asarray(null_scores[m], np.float64) for m in measures], axis=1)
+    if np.isnan(syn).any() or np.isnan(held).any():
+        raise ValueError("combined calls: a score is NaN")
     patients = list(source_patients) if source_patients is not None else [None] * len(syn)
-    fpr, n_pool = false_positive_rates(statistic, null_statistic, pools_without(patients, null))
+    pools = pools_without(patients, null)
+    z = _combined_z(syn, held, pools)
+    null_statistic = _combined_z(held, held, pools_without(null.patients, null)).min(axis=1)
+    statistic = z.min(axis=1)
+    fpr, n_pool = false_positive_rates(statistic, null_statistic, pools)
     return {"statistic": statistic, "fpr": fpr, "n_null": n_pool, "called": fpr <= rate,
-            "measure": syn.argmin(axis=1)}
+            "measure": z.argmin(axis=1)}
+
+
+def combined_heldout_check(null_scores: Mapping[str, np.ndarray], null: Null, rate: float) -> dict[str, np.ndarray]:
+    """The held-out scans judged by the combined rule, each against the other patients' scans (as
+    :func:`heldout_check` for one measure)."""
+    measures = sorted(null_scores)
+    held = np.stack([np.asarray(null_scores[m], np.float64) for m in measures], axis=1)
+    pools = pools_without(null.patients, null)
+    stat = _combined_z(held, held, pools).min(axis=1)
+    fpr, n_pool = false_positive_rates(stat, stat, pools)
+    return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
 
 
 def _check_rate(rate: float) -> None:
