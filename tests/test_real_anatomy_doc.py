@@ -84,3 +84,16 @@ def test_the_c_t_closed_form_over_cells():
     # k equal cells: each cell's m / k and n / k
     assert copying_power.expected_c_t(0.05, 3000, 3000, 3) == pytest.approx(copying_power.expected_c_t(0.05, 1000, 1000, 1))
     assert copying_power.expected_c_t(0.0, 500, 500, 3) == 0.0
+
+
+def test_the_pages_combined_call_on_the_cohort_is_the_committed_runs():
+    r = json.loads((ROOT / "results/bench/real_anatomy_combined_calls.json").read_text())
+    k = r["kinds"]
+    copies = [x for x in k if x != "new"]
+    aug = ("flipped", "shifted", "rotated")
+    text = " ".join((ROOT / "docs/real_anatomy.md").read_text().split())
+    assert (f"the combined call took {k['new']['called']} of {k['new']['n']} new patients (specificity "
+            f"{r['specificity']:.2f}), all {sum(k[x]['called'] for x in copies)} of {sum(k[x]['n'] for x in copies)} "
+            f"copies ({sum(k[x]['called'] for x in aug)} of {sum(k[x]['n'] for x in aug)} flipped, shifted and "
+            f"rotated), and {r['heldout_called']} of {r['n_heldout']} held-out scans") in text
+    assert r["specificity"] >= 0.95 and all(k[x]["called"] == k[x]["n"] for x in copies)
