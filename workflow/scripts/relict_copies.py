@@ -38,7 +38,7 @@ with logged(snakemake.log[0]) as log:
         best = ordered[both["measure"][k]]
         attributed = rankings[best][s]["closest_training_id"]
         row = {"synthetic_id": s, "combined_fpr": float(both["fpr"][k]), "n_null": int(both["n_null"][k]),
-               "combined_replica": int(both["called"][k]), "smallest_fpr_measure": best,
+               "combined_replica": int(both["called"][k]), "combined_measure": best,
                "attributed_training_id": attributed, "attributed_patient": patient_of[attributed],
                "truth": truth.get(s, "")}
         row.update({f"{m}_fpr": rankings[m][s]["fpr"] for m in measures})
@@ -46,7 +46,7 @@ with logged(snakemake.log[0]) as log:
         combined_calls.append((s, bool(both["called"][k]), attributed))
     calls_rows.sort(key=lambda r: (r["combined_fpr"], r["synthetic_id"]))
     write_tsv(snakemake.output.calls, calls_rows,
-              ["synthetic_id", "combined_fpr", "n_null", "combined_replica", "smallest_fpr_measure",
+              ["synthetic_id", "combined_fpr", "n_null", "combined_replica", "combined_measure",
                "attributed_training_id", "attributed_patient", "truth"] + [f"{m}_fpr" for m in measures])
     per_measure = {m: [(s, bool(rankings[m][s]["calibrated_replica"]), rankings[m][s]["closest_training_id"])
                        for s in synthetic_ids] for m in measures}
