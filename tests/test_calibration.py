@@ -154,3 +154,7 @@ def test_the_combined_call_holds_its_rate_where_the_cut_off_is_the_null_s_floor(
 def test_robust_z_falls_back_where_the_pool_has_no_spread():
     assert C.robust_z(np.array([1.0, 3.0]), np.array([2.0, 2.0, 2.0, 4.0, 0.0]))[0] < 0
     np.testing.assert_allclose(C.robust_z(np.array([3.0]), np.array([2.0, 2.0, 2.0])), [1.0])  # no spread: 1
+    # an empty label's infinite distance: out of the pool's centre and scale, never extreme as a score
+    got = C.robust_z(np.array([np.inf, 0.0]), np.array([1.0, 2.0, 3.0, np.inf]))
+    assert got[0] == np.inf and got[1] == pytest.approx(-2 / 1.4826)
+    assert np.all(C.robust_z(np.array([0.0]), np.array([np.inf, np.nan])) == np.inf)

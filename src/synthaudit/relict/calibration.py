@@ -225,8 +225,13 @@ def threshold(null_scores: np.ndarray, rate: float) -> float | None:
 
 def robust_z(scores: np.ndarray, pool: np.ndarray) -> np.ndarray:
     """``(scores - median(pool)) / scale``: the scale 1.4826 MAD of the pool (the SD where the MAD is
-    0, 1 where both are): how far below a new patient's usual score, in the pool's units."""
+    0, 1 where both are): how far below a new patient's usual score, in the pool's units. The pool's
+    non-finite scores (an empty label's infinite distance) are left out of its centre and scale; a
+    pool without a finite score leaves every score at +inf (never extreme)."""
     pool = np.asarray(pool, np.float64)
+    pool = pool[np.isfinite(pool)]
+    if not pool.size:
+        return np.full(np.shape(scores), np.inf)
     centre = np.median(pool)
     scale = 1.4826 * np.median(np.abs(pool - centre))
     if not scale > 0:
