@@ -9,9 +9,15 @@ import pytest
 
 from workflow_helpers import ROOT
 
-spec = importlib.util.spec_from_file_location("blur_table", ROOT / "bench/real_anatomy/blur_table.py")
-blur_table = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(blur_table)
+def _bench(path: str):
+    """A bench script as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(path.rsplit("/", 1)[-1].removesuffix(".py"), ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+blur_table = _bench("bench/real_anatomy/blur_table.py")
 
 
 def test_the_pages_blur_table_equals_the_committed_benchmark_json():
@@ -41,9 +47,7 @@ def test_the_table_gives_both_nulls_per_blur_with_the_fit():
 
 
 def test_the_fidelity_pages_degradation_table_equals_the_committed_benchmark_json():
-    fspec = importlib.util.spec_from_file_location("fidelity_table", ROOT / "bench/real_anatomy/fidelity_table.py")
-    fidelity_table = importlib.util.module_from_spec(fspec)
-    fspec.loader.exec_module(fidelity_table)
+    fidelity_table = _bench("bench/real_anatomy/fidelity_table.py")
     assert fidelity_table.doc(write=False) == 0, (
         f"{fidelity_table.PAGE}'s table differs from {fidelity_table.RESULT}: run "
         "`.venv/bin/python bench/real_anatomy/fidelity_table.py doc --write`")
@@ -56,9 +60,7 @@ def test_the_fidelity_pages_degradation_table_equals_the_committed_benchmark_jso
 
 
 def test_the_c_t_scale_table_equals_the_committed_benchmark_json_and_says_what_it_shows():
-    cspec = importlib.util.spec_from_file_location("copying_power", ROOT / "bench/real_anatomy/copying_power.py")
-    copying_power = importlib.util.module_from_spec(cspec)
-    cspec.loader.exec_module(copying_power)
+    copying_power = _bench("bench/real_anatomy/copying_power.py")
     assert copying_power.doc(write=False) == 0, (
         f"{copying_power.PAGE}'s C_T table differs from {copying_power.RESULT}: run "
         "`.venv/bin/python bench/real_anatomy/copying_power.py doc --write`")
@@ -76,9 +78,7 @@ def test_the_c_t_scale_table_equals_the_committed_benchmark_json_and_says_what_i
 
 
 def test_the_c_t_closed_form_over_cells():
-    cspec = importlib.util.spec_from_file_location("copying_power", ROOT / "bench/real_anatomy/copying_power.py")
-    copying_power = importlib.util.module_from_spec(cspec)
-    cspec.loader.exec_module(copying_power)
+    copying_power = _bench("bench/real_anatomy/copying_power.py")
     # one cell: the per-cell Z_U of docs/fidelity.md, -q sqrt(3mn / (m + n + 1))
     assert copying_power.expected_c_t(0.05, 20, 31, 1) == pytest.approx(-0.05 * (3 * 20 * 31 / 52) ** 0.5)
     # k equal cells: each cell's m / k and n / k

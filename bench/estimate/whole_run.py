@@ -15,13 +15,17 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 
 import synthaudit  # noqa: F401  first: portable numerics before numpy loads
+from synthaudit.io import write_json
 from synthaudit.review.timing import UNESTIMATED_BENCHMARKS, estimate_rows, measured_seconds
 
-STAGES_KEY = "stages"
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import doc_table  # noqa: E402  the docs page's tables from the JSON
+
 RESULT = "results/bench/estimate_whole_run.json"
 PAGE = "docs/benchmarks.md"
 MARKERS = ("<!-- estimate_whole_run: bench/estimate/whole_run.py doc --write -->", "<!-- /estimate_whole_run -->")
@@ -60,7 +64,7 @@ def workspace_rows(ws: Path, estimate: Path | None = None) -> dict:
             r["estimated_range_s"] = ranges[r["stage"]]
     return {"workspace": str(ws), "estimate": str(est_path), "shape": shape, "n_train": roles.count("train"),
             "n_heldout": roles.count("heldout"), "n_synthetic": n_syn, "how": est["how"], "machine": est["machine"],
-            STAGES_KEY: rows, "not_estimated_s": measured_seconds(ws, dataset, UNESTIMATED_BENCHMARKS),
+            "stages": rows, "not_estimated_s": measured_seconds(ws, dataset, UNESTIMATED_BENCHMARKS),
             "estimated_total_s": sum(r["estimated_s"] for r in rows), "wall_s": wall_seconds(ws)}
 
 
@@ -71,7 +75,7 @@ def markdown(res: dict) -> str:
         lines += [f"{shape}: {w['n_train']} training, {w['n_heldout']} held-out, {w['n_synthetic']} synthetic "
                   f"({w['machine']})", "",
                   "| stage | estimated | measured | measured / estimated |", "|---|---|---|---|"]
-        for r in w[STAGES_KEY]:
+        for r in w["stages"]:
             span = r.get("estimated_range_s")
             est = f"{r['estimated_s'] / 60:.1f}" + (f" ({span[0] / 60:.1f}-{span[1] / 60:.1f})" if span else "")
             got = "not run" if r["measured_s"] is None else f"{r['measured_s'] / 60:.1f}"
@@ -88,21 +92,8 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def page_with_table(page: str, table: str) -> str:
-    start, end = page.index(MARKERS[0]) + len(MARKERS[0]), page.index(MARKERS[1])
-    return page[:start] + "\n" + table + "\n" + page[end:]
-
-
 def doc(write: bool) -> int:
-    page = (ROOT / PAGE).read_text()
-    new = page_with_table(page, markdown(json.loads((ROOT / RESULT).read_text())))
-    if write:
-        (ROOT / PAGE).write_text(new)
-        return 0
-    if new != page:
-        print(f"{PAGE}'s tables differ from {RESULT}; run with --write")
-        return 1
-    return 0
+    return doc_table.doc(PAGE, RESULT, MARKERS, markdown, write, "bench/estimate/whole_run.py doc --write")
 
 
 def main(argv=None) -> int:
@@ -122,12 +113,9 @@ def main(argv=None) -> int:
     if len(estimates) != len(args.workspaces):
         raise SystemExit(f"{len(estimates)} --estimates for {len(args.workspaces)} workspaces")
     res = {"workspaces": [workspace_rows(ws, e) for ws, e in zip(args.workspaces, estimates)]}
-    out = Path(args.out)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    tmp.replace(out)
+    write_json(args.out, res)
     print(markdown(res))
-    print(f"written: {out}")
+    print(f"written: {args.out}")
     return 0
 
 

@@ -14,6 +14,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from synthaudit.io import write_json
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -42,9 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "results/bench/real_anatomy_combined_calls.json")
     args = ap.parse_args(argv)
     res = tally(args.workspace, args.cohort, args.dataset)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    tmp.replace(args.out)
+    write_json(args.out, res)
     print(json.dumps(res, indent=1))
     return 0
 

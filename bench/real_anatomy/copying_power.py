@@ -32,7 +32,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -42,6 +41,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "bench"))
+import doc_table  # noqa: E402  the docs page's table from the JSON
+
+from synthaudit.io import write_json  # noqa: E402
 RESULT = "results/bench/real_anatomy_copying_power.json"
 PAGE = "docs/fidelity.md"
 MARKERS = ("<!-- copying_power: bench/real_anatomy/copying_power.py doc --write -->", "<!-- /copying_power -->")
@@ -113,10 +116,9 @@ def compute(cohort: Path, pool_size: int, replicates: int, sizes: list[int]) -> 
     t_pool = time.perf_counter() - t0
 
     # the projection leaves C_T as it is: one replicate (200 held-out, 200 samples with 20 copies), both ways
-    idx = np.arange(400)
     raw = c_t(train_b, np.stack(pool_raw_check[:200]), np.concatenate([np.stack(pool_raw_check[200:380]),
                                                                         np.stack(copies_raw[:20])]), **kw)
-    proj = c_t(project(train_b), pool[idx[:200]], np.concatenate([pool[idx[200:380]], copies[:20]]), **kw)
+    proj = c_t(project(train_b), pool[:200], np.concatenate([pool[200:380], copies[:20]]), **kw)
     projection_check = {"c_t_block_means": raw.c_t, "c_t_projected": proj.c_t,
                         "difference": abs(raw.c_t - proj.c_t)}
     print(f"projection check: C_T {raw.c_t:.6f} on the block means, {proj.c_t:.6f} projected", flush=True)
@@ -173,22 +175,8 @@ def markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
-def page_with_table(page: str, table: str) -> str:
-    start, end = page.index(MARKERS[0]) + len(MARKERS[0]), page.index(MARKERS[1])
-    return page[:start] + "\n" + table + "\n" + page[end:]
-
-
 def doc(write: bool) -> int:
-    res = json.loads((ROOT / RESULT).read_text())
-    page = (ROOT / PAGE).read_text()
-    new = page_with_table(page, markdown(res))
-    if write:
-        (ROOT / PAGE).write_text(new)
-        return 0
-    if new != page:
-        print(f"{PAGE}'s table differs from {RESULT}; run with --write", file=sys.stderr)
-        return 1
-    return 0
+    return doc_table.doc(PAGE, RESULT, MARKERS, markdown, write, "bench/real_anatomy/copying_power.py doc --write")
 
 
 def main(argv=None) -> int:
@@ -206,10 +194,7 @@ def main(argv=None) -> int:
     if args.cmd == "doc":
         return doc(args.write)
     res = compute(args.cohort, args.pool, args.replicates, [int(s) for s in args.sizes.split(",")])
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    tmp.replace(args.out)
+    write_json(args.out, res)
     print(markdown(res))
     return 0
 

@@ -21,7 +21,6 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -192,16 +191,10 @@ def markdown(res: dict) -> str:
 
 
 def doc(write: bool) -> int:
-    res = json.loads((ROOT / RESULT).read_text())
-    page = (ROOT / PAGE).read_text()
-    start, end = page.index(MARKERS[0]) + len(MARKERS[0]), page.index(MARKERS[1])
-    new = page[:start] + "\n" + markdown(res) + "\n" + page[end:]
-    if write:
-        (ROOT / PAGE).write_text(new)
-    elif new != page:
-        print(f"{PAGE}: the table differs from {RESULT} (fidelity_table.py doc --write)")
-        return 1
-    return 0
+    sys.path.insert(0, str(ROOT / "bench"))
+    import doc_table
+
+    return doc_table.doc(PAGE, RESULT, MARKERS, markdown, write, "bench/real_anatomy/fidelity_table.py doc --write")
 
 
 def main(argv=None) -> int:

@@ -288,7 +288,7 @@ def combined(scores: Mapping[str, np.ndarray], null_scores: Mapping[str, np.ndar
     patients = list(source_patients) if source_patients is not None else [None] * len(syn)
     pools = pools_without(patients, null)
     z = _combined_z(syn, held, pools)
-    null_statistic = _combined_z(held, held, pools_without(null.patients, null)).min(axis=1)
+    null_statistic = _heldout_statistic(held, null)
     statistic = z.min(axis=1)
     fpr, n_pool = false_positive_rates(statistic, null_statistic, pools)
     return {"statistic": statistic, "fpr": fpr, "n_null": n_pool, "called": fpr <= rate,
@@ -298,12 +298,17 @@ def combined(scores: Mapping[str, np.ndarray], null_scores: Mapping[str, np.ndar
 def combined_heldout_check(null_scores: Mapping[str, np.ndarray], null: Null, rate: float) -> dict[str, np.ndarray]:
     """The held-out scans judged by the combined rule, each against the other patients' scans (as
     :func:`heldout_check` for one measure)."""
-    measures = sorted(null_scores)
-    held = np.stack([np.asarray(null_scores[m], np.float64) for m in measures], axis=1)
-    pools = pools_without(null.patients, null)
-    stat = _combined_z(held, held, pools).min(axis=1)
-    fpr, n_pool = false_positive_rates(stat, stat, pools)
+    _check_rate(rate)
+    held = np.stack([np.asarray(null_scores[m], np.float64) for m in sorted(null_scores)], axis=1)
+    stat = _heldout_statistic(held, null)
+    fpr, n_pool = false_positive_rates(stat, stat, pools_without(null.patients, null))
     return {"fpr": fpr, "n_null": n_pool, "called": fpr <= rate}
+
+
+def _heldout_statistic(held: np.ndarray, null: Null) -> np.ndarray:
+    """The combined statistic of each held-out scan (``held``: (H, M) scores): its smallest z-score over the
+    measures, each against its leave-patient-out pool."""
+    return _combined_z(held, held, pools_without(null.patients, null)).min(axis=1)
 
 
 def _check_rate(rate: float) -> None:
