@@ -22,8 +22,8 @@ blur_table = _bench("bench/real_anatomy/blur_table.py")
 
 def test_the_pages_blur_table_equals_the_committed_benchmark_json():
     page = (ROOT / blur_table.PAGE).read_text()
-    table = blur_table.markdown(json.loads((ROOT / blur_table.RESULT).read_text()))
-    assert blur_table.page_with_table(page, table) == page, (
+    table = blur_table.page_table(json.loads((ROOT / blur_table.RESULT).read_text()))
+    assert blur_table.doc_table.page_with_table(page, blur_table.MARKERS, table) == page, (
         f"{blur_table.PAGE}'s table differs from {blur_table.RESULT}: run "
         "`.venv/bin/python bench/real_anatomy/blur_table.py doc --write`")
 

@@ -361,3 +361,26 @@ def test_verdict_repeats_the_input_warnings_of_its_dataset_only(tmp_path):
         "  10 input volume(s) accepted with a warning (data/input_warnings.tsv, from synthaudit init):",
         "    pat0_s0 (train): constant volume: every voxel is 2"] + [
         f"    gen_{k} (synthetic): empty volume: every voxel is 0" for k in range(7)] + ["    ... and 2 more"]
+
+
+def test_verdict_shows_the_combined_rules_heldout_false_positives(tmp_path):
+    """The combined calibrated call's own false positives, the held-out scans judged by the same
+    rule each without its patient, sit beside its calls (copies.json's combined_heldout_called);
+    a copies.json written before the count existed prints no such line."""
+    from synthaudit.io import write_json
+    from synthaudit.relict.ranking import write_ranking
+    from synthaudit.review.verdict import dataset_verdict, verdict_lines
+
+    rows = _ranking({"gen_a": "pat1_s0", "gen_b": "pat0_s0"})
+    for r in rows:
+        r.update(distance=r["score"], mean_n_closest=1.0)
+    write_ranking(tmp_path / "results/relict/audit/ranking_mae.tsv", rows)
+    head = {"n_copies": 1, "percent_synthetic_copies": 50.0, "n_patients_copied": 1, "n_training_patients": 2}
+    copies = {"rate": 0.05, "n_heldout": 40, "combined": head, "measures": {"mae": head}}
+    write_json(tmp_path / "results/relict/audit/copies.json", copies)
+    old = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
+    assert not any("held-out scans called by the same rule" in line for line in old)
+    write_json(tmp_path / "results/relict/audit/copies.json", {**copies, "combined_heldout_called": 3})
+    lines = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
+    assert ("    held-out scans called by the same rule, each judged without its patient: 3 of 40 (expected about 2.0)"
+            in lines)

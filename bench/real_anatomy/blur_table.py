@@ -22,13 +22,19 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
 import time
 from pathlib import Path
 
+import synthaudit  # noqa: F401  first: portable numerics before numpy loads
 import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import doc_table  # noqa: E402  the docs page's table from the JSON
+
+from synthaudit.io import write_json  # noqa: E402
 RESULT = "results/bench/real_anatomy_blur_cohort.json"
 PAGE = "docs/real_anatomy.md"
 MARKERS = ("<!-- blur_table: bench/real_anatomy/blur_table.py doc --write -->", "<!-- /blur_table -->")
@@ -88,7 +94,7 @@ def tally(called: np.ndarray, kinds: list[str]) -> dict:
     return out
 
 
-def compute(cohorts: list[Path], n: int, rate: float, seed: int) -> dict:
+def compute(cohorts: list[Path], n: int, rate: float, seed: int, percentiles: list[float]) -> dict:
     """Each cohort on its own (its training, held-out and synthetic scans): build_cohort.py is seeded
     but not bit-exact between builds (one head's registration moved a voxel by 8 % of the range), so
     the training side is not shared between sets, only the recipe."""
@@ -107,7 +113,8 @@ def compute(cohorts: list[Path], n: int, rate: float, seed: int) -> dict:
         syn_ids, synthetic = load_folder(cohort / "synthetic")
         kinds = [truth[s]["kind"] for s in syn_ids]
         summary = texture.compare_sets([texture.volume_texture(v) for v in synthetic],
-                                       [texture.volume_texture(v) for v in heldout], texture.blur_curve(list(heldout)))
+                                       [texture.volume_texture(v) for v in heldout], texture.blur_curve(list(heldout)),
+                                       percentiles)
         fit = texture.matched_degradation(summary, list(heldout), seed)
         matched = np.stack([texture.degrade(v, fit["blur_vox"], fit["noise_sd"], seed + i)
                             for i, v in enumerate(heldout)])
@@ -156,13 +163,12 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def page_with_table(page: str, table: str) -> str:
-    """``page`` with the text between the markers replaced by ``table``."""
-    start, end = page.index(MARKERS[0]) + len(MARKERS[0]), page.index(MARKERS[1])
-    return page[:start] + "\n" + table + page[end:]
+def page_table(res: dict) -> str:
+    """The page's table: :func:`markdown` without its last line break (doc_table adds one)."""
+    return markdown(res).rstrip("\n")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=["compute", "doc"])
     ap.add_argument("--set", action="append", default=[], type=Path, help="a cohort folder (build_cohort.py)")
@@ -175,22 +181,18 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="doc: write the table into the page")
     args = ap.parse_args()
     if args.mode == "doc":
-        page = (ROOT / PAGE).read_text()
-        new = page_with_table(page, markdown(json.loads((ROOT / RESULT).read_text())))
-        if args.write:
-            (ROOT / PAGE).write_text(new)
-        print("unchanged" if new == page else ("written" if args.write else "differs: run with --write"))
-        return
+        return doc_table.doc(PAGE, RESULT, MARKERS, page_table, args.write, "bench/real_anatomy/blur_table.py doc --write")
     if args.n_closest is None:
         from synthaudit.workspace import RELICT_N
 
         args.n_closest = min(RELICT_N, len(list((args.set[0] / "training").glob("*.nii.gz"))))
-    res = compute([c.resolve() for c in args.set], args.n_closest, args.rate, args.seed)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    res = compute([c.resolve() for c in args.set], args.n_closest, args.rate, args.seed,
+                  params["calibration"]["texture_range_percentiles"])
+    write_json(args.out, res)
     args.out.with_suffix(".md").write_text(markdown(res))
     print(markdown(res))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

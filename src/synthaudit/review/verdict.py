@@ -70,6 +70,8 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     if copies:
         out["rate"], out["n_heldout"] = copies["rate"], copies["n_heldout"]
         out["combined"] = copies["combined"]
+        if copies.get("combined_heldout_called") is not None:  # the same rule on the held-out scans, each left out
+            out["combined_heldout_called"] = copies["combined_heldout_called"]
         out["matched_null"] = copies.get("matched_null") or []
         table = base / "copies.tsv"
         out["copied_patients"] = [(r["patient_id"], r["copied_by"].split()) for r in read_tsv(table)
@@ -138,6 +140,10 @@ def verdict_lines(v: dict) -> list[str]:
         lines.append(f"  calibrated calls (false-positive rate {v['rate']:g} against {v['n_heldout']} held-out scans): "
                      f"{c['n_copies']} volumes called copies ({c['percent_synthetic_copies'] or 0:.1f} %); "
                      f"{c['n_patients_copied']} of {c['n_training_patients']} training patients copied")
+        if v.get("combined_heldout_called") is not None:  # the rule's own false positives, where they can be seen
+            lines.append(f"    held-out scans called by the same rule, each judged without its patient: "
+                         f"{v['combined_heldout_called']} of {v['n_heldout']} (expected about "
+                         f"{v['rate'] * v['n_heldout']:.1f})")
         copied = v.get("copied_patients", [])
         for patient, by in copied[:8]:
             lines.append(f"    patient {patient}: {', '.join(by)}")
