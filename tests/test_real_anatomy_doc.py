@@ -28,6 +28,19 @@ def test_the_pages_blur_table_equals_the_committed_benchmark_json():
         "`.venv/bin/python bench/real_anatomy/blur_table.py doc --write`")
 
 
+def test_what_the_page_says_of_the_blur_table_is_the_json():
+    """The prose under the table: the matched null's lowest specificity over the blurs, the held-out
+    scans' own calls, and the copies the matched null costs at the strongest blur."""
+    page = (ROOT / blur_table.PAGE).read_text()
+    sets = json.loads((ROOT / blur_table.RESULT).read_text())["sets"].values()
+    lowest = min(s["matched"]["combined"]["specificity"] for s in sets)
+    assert lowest >= 0.95 and f"holds specificity at least {lowest:.3f} at\n  every blur" in page
+    held = {s[null]["heldout_called"] for s in sets for null in ("matched", "as_they_are")}
+    assert held == {1} and "are called 1 of\n  20 at every blur and with either null" in page
+    strongest = max(sets, key=lambda s: s["generator_blur_vox"])["matched"]["combined"]["deformed"]
+    assert f"matched null at 1.5 voxel ({strongest['called']} of {strongest['n']})" in page
+
+
 def test_the_table_gives_both_nulls_per_blur_with_the_fit():
     kinds = {k: {"n": 4, "called": 4} for k in blur_table.KINDS}
     tally = {**kinds, "new": {"n": 28, "called": 1}, "augmented_sensitivity": 1.0, "sensitivity": 1.0,
