@@ -1,8 +1,10 @@
-"""The local level's block size on real anatomy: one table from local_controls_check.py's runs.
+"""The local level's block size and smoothing on real anatomy: one table from local_controls_check.py's runs.
 
 Why: the block size trades the regions the level can find against the number of blocks the
-max-statistic calibration has to correct for; relict.local.block_mm's default is chosen from
-this table (docs/local_replicas.md), so the table is written from the runs, not typed.
+max-statistic calibration has to correct for, and the smoothing trades the noise it removes against
+the anatomy it blurs and the recipient it mixes into a pasted region's blocks; relict.local.block_mm's
+and smooth_mm's defaults are chosen from this table (docs/local_replicas.md), so the table is written
+from the runs, not typed.
 
     python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas.md \
         results/bench/local_controls_ct_b18.json results/bench/local_controls_ct.json ...
@@ -30,21 +32,29 @@ def _f(x) -> str:
     return "NA" if x is None else f"{x:.2f}"
 
 
+def distinctive(r: dict) -> str:
+    """The issue-43 target's count: the 30 and 40 mm controls in their size's most distinctive third, called."""
+    c = [x for x in r["controls"] if float(x["size_mm"]) in (30.0, 40.0) and x["distinctiveness_tercile"] == "high"]
+    return f"{sum(bool(x['called']) for x in c)} of {len(c)}"
+
+
 def table(runs: list[dict]) -> str:
     """One row per run: cohort, block, the controls called per size (its most distinctive third in
     brackets), held-out scans and new patients called, the level's time (on shared cores: compare
     within a row's cohort only) and peak memory."""
     sizes = sorted({s for r in runs for s in r["by_size_mm"]}, key=float)
-    lines = ["| cohort | block | " + " | ".join(f"{s} mm (distinctive third)" for s in sizes)
-             + " | held-out called | new patients called | seconds | peak MiB |",
-             "|---|---|" + "---|" * len(sizes) + "---|---|---|---|"]
-    for r in sorted(runs, key=lambda r: (_cohort(r), float(r["settings"]["block_mm"]))):
+    lines = ["| cohort | block | smoothing | " + " | ".join(f"{s} mm (distinctive third)" for s in sizes)
+             + " | distinctive 30-40 mm | held-out called | new patients called | seconds | peak MiB |",
+             "|---|---|---|" + "---|" * len(sizes) + "---|---|---|---|---|"]
+    for r in sorted(runs, key=lambda r: (_cohort(r), float(r["settings"]["block_mm"]),
+                                         float(r["settings"]["smooth_mm"]))):
         cells = []
         for s in sizes:
             e = r["by_size_mm"].get(s)
             cells.append("" if e is None else f"{_f(e['sensitivity'])} ({_f(e['by_distinctiveness']['high'])})")
         lines.append(f"| {_cohort(r)} | {float(r['settings']['block_mm']):g} mm | "
-                     + " | ".join(cells) + f" | {r['heldout_called']} | {r['new_patients_called']} | "
+                     f"{float(r['settings']['smooth_mm']):g} mm | "
+                     + " | ".join(cells) + f" | {distinctive(r)} | {r['heldout_called']} | {r['new_patients_called']} | "
                      f"{r['seconds']:.0f} | {'NA' if r.get('peak_mib') is None else format(r['peak_mib'], '.0f')} |")
     return "\n".join(lines) + "\n"
 

@@ -25,6 +25,9 @@ training mean; label foreground's centroid), so the two placements are measured 
 
     python bench/real_anatomy/local_controls_check.py --cohort ct --out results/bench/local_controls_ct.json
     python bench/real_anatomy/local_controls_check.py --cohort mri --out results/bench/local_controls_mri.json
+
+``--block-mm`` and ``--smooth-mm`` run it at another relict.local.block_mm / smooth_mm (local_block_sizes.py
+tabulates the runs).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ def ct_cohort(path: Path, spacing_mm: float, seed: int, noise_hu: float, heldout
             "heldout_patients": held_ids,
             "synthetic": np.stack(new), "synthetic_ids": [f"new{i:02d}" for i in range(10)],
             "spacing_mm": sp, "affine": np.diag(sp + [1.0]),
+            "head_of": lambda patient: "ct",  # one real head: every patient is every other's sibling
             "about": f"head CT (HU) {list(base.shape)} at {spacing_mm} mm, 60 training scans of 30 patients, "
                      f"20 held-out ({n_held} patients), 10 new; deformation 6 mm between patients, 0.7 mm between scans, noise {noise_hu} HU"}
 
@@ -102,11 +106,19 @@ def mri_cohort(folder: Path) -> dict:
     sp = [float(x) for x in np.sqrt((affine[:3, :3] ** 2).sum(0))]
     ids = [p.name[:-7] for p in tr]
     hid = [p.name[:-7] for p in he]
+    cfg = json.loads((folder / "cohort.json").read_text())["config"]
+
+    def head_of(patient: str) -> str:
+        """build_cohort.py's rule: patient p<k> is head k mod 5 of its pool (training, then the others)."""
+        k = int(patient[1:])
+        pool = cfg["training_heads"] if k < cfg["training_patients"] else cfg["new_heads"]
+        return pool[k % len(pool)]
+
     return {"training": [vols[p][0] for p in tr], "training_ids": ids, "training_patients": [i.split("_")[0] for i in ids],
             "heldout": np.stack([read(p)[0] for p in he]), "heldout_ids": hid,
             "heldout_patients": [i.split("_")[0] for i in hid],
             "synthetic": np.stack([read(p)[0] for p in sy]), "synthetic_ids": [p.name[:-7] for p in sy],
-            "spacing_mm": sp, "affine": affine,
+            "spacing_mm": sp, "affine": affine, "head_of": head_of,
             "about": f"real-anatomy MRI cohort ({folder.name}): {len(tr)} training scans, {len(he)} held-out, "
                      f"{len(sy)} new patients (build_cohort.py)"}
 
@@ -156,7 +168,28 @@ def markdown(out: dict) -> str:
               "scans' median at the block."]
     if out["reasons"]:
         lines += [""] + [f"- {r}" for r in out["reasons"].values()]
+    f = out.get("null_floor")
+    if f:
+        lines += ["", f"The held-out scans' own lowest blocks (the null a control must get below; each judged without "
+                      f"its patient): median {_f(f['median_score'])}, lowest {_f(f['lowest_score'])} of a typical "
+                      f"block; the training scan closest there is a sibling (a patient made from the same real head) "
+                      f"for {f['n_sibling']} of {f['n']}."]
     return "\n".join(lines) + "\n"
+
+
+def null_floor(result, c: dict) -> dict:
+    """Where the held-out scans' lowest blocks come from: each one's score and the training scan closest
+    at that block, and whether that scan is a sibling (a patient made from the same real head). Why:
+    the cohorts' patients are deformations of a few real heads, so a held-out patient can match a
+    sibling's region as closely as a pasted copy does, and the controls are judged against that floor."""
+    h = result.heldout_state
+    head = c["head_of"]
+    rows = [{"heldout_id": hid, "score": float(sc), "closest_training_id": c["training_ids"][j],
+             "sibling": head(hp) == head(c["training_patients"][j])}
+            for hid, hp, sc, j in zip(c["heldout_ids"], c["heldout_patients"], h["score"], h["closest"])]
+    scores = [r["score"] for r in rows]
+    return {"n": len(rows), "n_sibling": sum(r["sibling"] for r in rows), "median_score": float(np.median(scores)),
+            "lowest_score": float(np.min(scores)), "rows": rows}
 
 
 def write_doc(doc: Path, key: str, table: str) -> None:
@@ -183,6 +216,7 @@ def main(argv=None) -> int:
     ap.add_argument("--placement", choices=["informative", "old"], default="informative")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--block-mm", type=float, help="relict.local.block_mm for this run (default: params.yaml's)")
+    ap.add_argument("--smooth-mm", type=float, help="relict.local.smooth_mm for this run (default: params.yaml's)")
     ap.add_argument("--doc", type=Path, help="also write the table into this doc between its markers")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
@@ -190,6 +224,8 @@ def main(argv=None) -> int:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]
     if args.block_mm:
         params["local"]["block_mm"] = args.block_mm
+    if args.smooth_mm is not None:
+        params["local"]["smooth_mm"] = args.smooth_mm
     start = time.perf_counter()
     c = ct_cohort(args.ct, args.spacing_mm, args.seed, args.noise_hu, args.heldout_scans) if args.cohort == "ct" else mri_cohort(args.mri)
     log.info("%s (built in %.0f s)", c["about"], time.perf_counter() - start)
@@ -210,6 +246,7 @@ def main(argv=None) -> int:
     tracemalloc.start()  # numpy reports its arrays to it: the level's own peak, beyond the cohort in memory
     result = local_audit.run(cohort, settings, threads=args.threads, log=log)
     peak_mib = tracemalloc.get_traced_memory()[1] / 2**20
+    floor = null_floor(result, c)
     tracemalloc.stop()
     seconds = time.perf_counter() - start
     s = result.summary
@@ -221,7 +258,7 @@ def main(argv=None) -> int:
            "new_patients_called": f"{s['n_called']} of {s['n_synthetic']}",
            "noise_sd": ctl["noise_sd"], "noise_sd_smoothed": ctl["noise_sd_smoothed"], "noise_source": ctl["noise_source"],
            "centred_on": ctl["centred_on"], "by_size_mm": ctl["by_size_mm"], "reasons": ctl["reasons"],
-           "controls": result.controls}
+           "null_floor": floor, "controls": result.controls}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(out, indent=1, default=float) + "\n")
     table = markdown(out)
@@ -229,6 +266,7 @@ def main(argv=None) -> int:
     if args.doc:
         cohort = args.cohort + ("2" if args.cohort == "ct" and args.heldout_scans == 2 else "")
         block = f"-b{args.block_mm:g}" if args.block_mm else ""
+        block += f"-s{args.smooth_mm:g}" if args.smooth_mm is not None else ""
         write_doc(args.doc, f"local-controls-{cohort}-{args.placement}{block}", table)
     for size, e in ctl["by_size_mm"].items():
         log.info("%s mm: called %.2f (by distinctiveness low/mid/high %s), whole-volume %.2f, median contrast %.2f, "

@@ -118,6 +118,9 @@ class LocalResult:
     order: np.ndarray
     control_list: list = field(default_factory=list)
     control_state: dict = field(default_factory=dict)
+    # the held-out scans' own lowest blocks (each judged without its patient): the null's floor and
+    # whose training scan sets it (score, block into kept, closest training index)
+    heldout_state: dict = field(default_factory=dict)
 
 
 def smoothing_sigma_vox(smooth_mm: float, spacing_mm: Sequence[float]) -> list[float]:
@@ -293,7 +296,9 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
     rows = _call_rows(cohort, grid, kept, order, score, block, closest, calls, valid)
 
     result = LocalResult(rows, [], {}, grid, kept, queries_raw, valid, score, block, closest, zmaps,
-                         calls["fpr"], calls["called"], order, controls)
+                         calls["fpr"], calls["called"], order, controls,
+                         heldout_state=dict(score=held_scores.score, block=held_scores.block,
+                                            closest=held_scores.closest))
     ctl_summary = None
     if controls:
         lo = n_syn + n_held
