@@ -32,7 +32,8 @@ def test_write_updates_the_page_in_place(tmp_path, monkeypatch):
     page = tmp_path / rt.TARGET
     page.parent.mkdir()
     page.write_text("intro\n<!-- demo-rating: old -->\nold\n<!-- /demo-rating -->\n"
-                    "<!-- demo-calibrated: old -->\nold\n<!-- /demo-calibrated -->\nend\n")
+                    "<!-- demo-calibrated: old -->\nold\n<!-- /demo-calibrated -->\n"
+                    "<!-- demo-local: old -->\nold\n<!-- /demo-local -->\nend\n")
     monkeypatch.chdir(tmp_path)
     assert rt.main(["--write", "--metrics", "metrics"]) == 0  # the default page
     text = page.read_text()
@@ -58,3 +59,15 @@ def test_tables_format_pairs_and_missing_cells(tmp_path):
         assert head.count("|") == delim.count("|")
     with pytest.raises(ValueError, match="no block"):
         rt.replace("no markers here", t)
+
+
+def test_the_local_table_gives_each_datasets_controls_and_leaves_out_those_without():
+    copies = {"ncct_demo": {"local_n_called": 8, "local_heldout_false_positive_rate": 1 / 22,
+                            "local_control_20mm_sensitivity": 20 / 22, "local_control_20mm_distinctive_sensitivity": 1.0,
+                            "local_control_20mm_whole_volume_rmse_sensitivity": 1 / 22},
+              "tof_demo": {"local_n_called": 0, "local_heldout_false_positive_rate": 0.0},
+              "other": {"n_copies": 3}}  # no local level: no row
+    table = rt.local_table(copies)
+    assert "| ncct_demo | 8 | 0.05 | 0.91 (1.00) / 0.05 |" in table
+    assert "| tof_demo | 0 | 0.00 | – |" in table and "other" not in table
+    assert "20 mm controls: local (distinctive third) / whole-volume RMSE" in table

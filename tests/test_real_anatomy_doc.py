@@ -110,3 +110,43 @@ def test_the_pages_combined_call_on_the_cohort_is_the_committed_runs():
             f"copies ({sum(k[x]['called'] for x in aug)} of {sum(k[x]['n'] for x in aug)} flipped, shifted and "
             f"rotated), and {r['heldout_called']} of {r['n_heldout']} held-out scans") in text
     assert r["specificity"] >= 0.95 and all(k[x]["called"] == k[x]["n"] for x in copies)
+
+
+local_check = _bench("bench/real_anatomy/local_controls_check.py")
+local_sizes = _bench("bench/real_anatomy/local_block_sizes.py")
+LOCAL_PAGE = ROOT / "docs/local_replicas.md"
+
+
+def _between(page: str, key: str) -> str:
+    begin, end = f"<!-- {key} begin -->\n", f"<!-- {key} end -->"
+    return page[page.index(begin) + len(begin):page.index(end)]
+
+
+def test_the_local_pages_tables_are_the_committed_runs():
+    """docs/local_replicas.md's per-cohort tables and its block-size/smoothing table are rendered from
+    results/bench/local_controls_*.json (the files its command names), not typed."""
+    import re
+
+    page = LOCAL_PAGE.read_text()
+    for key, name in (("local-controls-ct-informative", "ct"), ("local-controls-ct2-informative", "ct2"),
+                      ("local-controls-mri-informative", "mri"), ("local-controls-ct-old", "ct_old")):
+        run = json.loads((ROOT / f"results/bench/local_controls_{name}.json").read_text())
+        assert _between(page, key) == local_check.markdown(run), f"{key}: rerun local_controls_check.py --doc"
+    names = re.search(r"local_controls_\{([^}]*)\}\.json", page).group(1).split(",")
+    runs = [json.loads((ROOT / f"results/bench/local_controls_{n}.json").read_text()) for n in names]
+    assert _between(page, "local-block-sizes") == local_sizes.table(runs), "rerun local_block_sizes.py --doc"
+
+
+def test_the_local_levels_defaults_are_the_settings_that_met_issue_43_on_real_anatomy():
+    """The cohort tables are run at params.yaml's relict.local defaults, and there the level finds
+    the distinctive 30-40 mm regions at >= 90 % with the held-out scans called at <= 5 %."""
+    import yaml
+
+    local = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]["local"]
+    for name in ("ct", "ct2", "mri"):
+        run = json.loads((ROOT / f"results/bench/local_controls_{name}.json").read_text())
+        assert (run["settings"]["block_mm"], run["settings"]["smooth_mm"]) == (local["block_mm"], local["smooth_mm"])
+        called, n = (int(x) for x in local_sizes.distinctive(run).split(" of "))
+        assert n >= 10 and called / n >= 0.9, (name, called, n)
+        held, n_held = (int(x) for x in run["heldout_called"].split(" of "))
+        assert held / n_held <= 0.05, (name, run["heldout_called"])

@@ -70,10 +70,37 @@ def calibrated_table(relict: dict, copies: dict) -> str:
     return _table(["dataset"] + measures + ["combined", "copies / patients copied"], rows)
 
 
+def _share(x) -> str:
+    return "–" if x is None else f"{x:.2f}"
+
+
+def local_table(copies: dict) -> str:
+    """The local level per dataset (relict.local): volumes called, the held-out scans' own rate when left
+    out, and the positive controls called per cube side (the most distinctive third in brackets) beside
+    the whole-volume RMSE ratio's calls of the same controls."""
+    sizes = sorted({int(k.split("_")[2].removesuffix("mm")) for c in copies.values() for k in c
+                    if k.startswith("local_control_") and k.endswith("mm_sensitivity")})
+    rows = []
+    for d in [*DATASETS, *sorted(set(copies) - set(DATASETS))]:
+        c = copies.get(d, {})
+        if "local_n_called" not in c:
+            continue
+        cells = []
+        for s in sizes:
+            hit = c.get(f"local_control_{s}mm_sensitivity")
+            high = c.get(f"local_control_{s}mm_distinctive_sensitivity")
+            whole = c.get(f"local_control_{s}mm_whole_volume_rmse_sensitivity")
+            cells.append("–" if hit is None else f"{_share(hit)} ({_share(high)}) / {_share(whole)}")
+        rows.append([d, str(c["local_n_called"]), _share(c.get("local_heldout_false_positive_rate"))] + cells)
+    return _table(["dataset", "volumes called", "held-out called (left out)"]
+                  + [f"{s} mm controls: local (distinctive third) / whole-volume RMSE" for s in sizes], rows)
+
+
 def tables(metrics_dir: Path) -> dict[str, str]:
     relict = json.loads((metrics_dir / "relict.json").read_text())
     copies = json.loads((metrics_dir / "copies.json").read_text())
-    return {"demo-rating": rating_table(relict), "demo-calibrated": calibrated_table(relict, copies)}
+    return {"demo-rating": rating_table(relict), "demo-calibrated": calibrated_table(relict, copies),
+            "demo-local": local_table(copies)}
 
 
 def block(name: str, body: str, target: Path | str = TARGET) -> str:
