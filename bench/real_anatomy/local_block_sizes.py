@@ -7,7 +7,7 @@ and smooth_mm's defaults are chosen from this table (docs/local_replicas.md), so
 from the runs, not typed.
 
     python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas.md \
-        results/bench/local_controls_ct_b18.json results/bench/local_controls_ct.json ...
+        results/bench/local_controls_ct.json results/bench/local_controls_ct_s3.json ...  (the page names them all)
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from alignment_ct_check import in_air, load_ct  # noqa: E402
 from build_cohort import deformed  # noqa: E402
 
+from synthaudit.io import write_json  # noqa: E402
 from synthaudit.relict import local, local_audit  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -259,8 +260,7 @@ def main(argv=None) -> int:
            "noise_sd": ctl["noise_sd"], "noise_sd_smoothed": ctl["noise_sd_smoothed"], "noise_source": ctl["noise_source"],
            "centred_on": ctl["centred_on"], "by_size_mm": ctl["by_size_mm"], "reasons": ctl["reasons"],
            "null_floor": floor, "controls": result.controls}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(out, indent=1, default=float) + "\n")
+    write_json(args.out, out)
     table = markdown(out)
     args.out.with_suffix(".md").write_text(table)
     if args.doc:
