@@ -112,6 +112,23 @@ def test_the_pages_combined_call_on_the_cohort_is_the_committed_runs():
     assert r["specificity"] >= 0.95 and all(k[x]["called"] == k[x]["n"] for x in copies)
 
 
+def test_the_pages_combined_call_at_blur_1_5_is_the_committed_runs():
+    """The whole workflow at the strongest blur: what the page says against both nulls."""
+    text = " ".join((ROOT / "docs/real_anatomy.md").read_text().split())
+    aug = ("flipped", "shifted", "rotated")
+    runs = {name: json.loads((ROOT / f"results/bench/real_anatomy_combined_calls_blur15{name}.json").read_text())
+            for name in ("", "_as_they_are")}
+    m, plain = runs[""], runs["_as_they_are"]
+    assert m["matched_null"] and not plain["matched_null"]
+    k = m["kinds"]
+    assert (f"the combined call took {k['new']['called']} of {k['new']['n']} new patients (specificity "
+            f"{m['specificity']:.2f}), {m['heldout_called']} of {m['n_heldout']} held-out scans, and "
+            f"{sum(k[x]['called'] for x in aug)} of {sum(k[x]['n'] for x in aug)} flipped, shifted and rotated copies "
+            f"(exact {k['exact']['called']} of {k['exact']['n']}, deformed {k['deformed']['called']} of "
+            f"{k['deformed']['n']}); against the held-out scans as they are, "
+            f"{sum(plain['kinds'][x]['called'] for x in aug)} of {sum(plain['kinds'][x]['n'] for x in aug)}") in text
+
+
 local_check = _bench("bench/real_anatomy/local_controls_check.py")
 local_sizes = _bench("bench/real_anatomy/local_block_sizes.py")
 LOCAL_PAGE = ROOT / "docs/local_replicas.md"

@@ -31,6 +31,8 @@ def tally(workspace: Path, cohort: Path, dataset: str) -> dict:
     return {"workspace": str(workspace), "cohort": str(cohort.relative_to(ROOT) if cohort.is_relative_to(ROOT)
                                                         else cohort),
             "rate": summary["rate"], "n_heldout": summary["n_heldout"],
+            # the measures calibrated against the held-out scans degraded like the samples (none: as they are)
+            "matched_null": summary.get("matched_null"),
             "heldout_called": summary.get("combined_heldout_called"),
             "kinds": {k: {"n": n[k], "called": called[k]} for k in sorted(n)},
             "specificity": 1 - called["new"] / n["new"] if n["new"] else None}
