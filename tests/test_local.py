@@ -336,3 +336,15 @@ def test_control_reasons_name_the_most_basic_cause_first():
     partly = control_reasons({"20": {**base, "median_region_block_covered": 0.8}}, 0.05)["20"]
     assert "the null is wide" in partly and "a median 80% of the block" in partly  # said beside the cause
     assert control_reasons({"40": {**base, "sensitivity": 0.9}}, 0.05) == {}  # nothing to explain
+
+
+def test_the_smoothing_is_given_in_mm_with_a_floor_in_voxels():
+    """relict.local.smooth_mm per axis in voxels, never under smooth_min_vox voxels (a thick slice's axis,
+    a coarse grid), and none at all where smooth_mm is 0."""
+    from synthaudit.relict.local_audit import smoothing_sigma_vox
+
+    assert smoothing_sigma_vox(2.25, [1.5, 1.5, 1.5], 0.75) == [1.5, 1.5, 1.5]
+    assert smoothing_sigma_vox(2.25, [0.75, 0.75, 5.0], 0.75) == [3.0, 3.0, 0.75]
+    assert smoothing_sigma_vox(2.25, [4.0, 4.0, 4.0], 0.75) == [0.75, 0.75, 0.75]
+    assert smoothing_sigma_vox(2.25, [3.0, 3.0, 3.0], 0.75) == [0.75, 0.75, 0.75]  # the demo's grid: unchanged
+    assert smoothing_sigma_vox(0.0, [4.0, 4.0, 4.0], 0.75) == [0.0, 0.0, 0.0]

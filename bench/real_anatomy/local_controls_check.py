@@ -233,7 +233,8 @@ def main(argv=None) -> int:
     if args.placement == "old":
         from scipy.ndimage import gaussian_filter
 
-        sigma = local_audit.smoothing_sigma_vox(float(params["local"]["smooth_mm"]), c["spacing_mm"])
+        sigma = local_audit.smoothing_sigma_vox(float(params["local"]["smooth_mm"]), c["spacing_mm"],
+                                                float(params["local"]["smooth_min_vox"]))
         use_old_placement(np.mean([gaussian_filter(v, sigma) for v in c["training"]], axis=0))
     training = c["training"]
     cohort = local_audit.Cohort(

@@ -95,7 +95,7 @@ def local_costs(vols: Sequence[np.ndarray], local_cfg: dict, spacing_mm: Sequenc
     from ..relict.local_audit import smoothing_sigma_vox
 
     spacing = [float(s) for s in spacing_mm]
-    sigma = smoothing_sigma_vox(float(local_cfg["smooth_mm"]), spacing)
+    sigma = smoothing_sigma_vox(float(local_cfg["smooth_mm"]), spacing, float(local_cfg["smooth_min_vox"]))
 
     def best(fn) -> float:  # the best of two: timing noise is one-sided
         return min(_seconds(fn), _seconds(fn))
