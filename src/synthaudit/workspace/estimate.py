@@ -89,8 +89,9 @@ LOCAL_MEMORY_GB = 12.0  # init switches relict.local on below this (its job hold
 
 
 # the local level's unit costs at 1 mm on the 2-core machine (workspace.timing.local_costs on five smooth
-# 182 x 218 x 182 volumes, 2026-11-28): one volume smoothed at 3 mm, one more (query, training) pair's block
-# sums, one 30 mm positive control placed and pasted; the fallback where init does not time them
+# 182 x 218 x 182 volumes, 2026-11-28): one volume smoothed at 3 mm (the default then; 2.25 mm costs less),
+# one more (query, training) pair's block sums, one 30 mm positive control placed and pasted; the fallback
+# where init does not time them
 SECONDS_PER_SMOOTH_1MM = 0.20
 
 
