@@ -181,7 +181,8 @@ def main() -> int:
     ap.add_argument("--write", action="store_true", help="doc: write the table into the page")
     args = ap.parse_args()
     if args.mode == "doc":
-        return doc_table.doc(PAGE, RESULT, MARKERS, page_table, args.write, "bench/real_anatomy/blur_table.py doc --write")
+        return doc_table.doc(PAGE, RESULT, MARKERS, page_table, args.write,
+                             "bench/real_anatomy/blur_table.py doc --write")
     if args.n_closest is None:
         from synthaudit.workspace import RELICT_N
 

@@ -54,7 +54,8 @@ def table(runs: list[dict]) -> str:
             cells.append("" if e is None else f"{_f(e['sensitivity'])} ({_f(e['by_distinctiveness']['high'])})")
         lines.append(f"| {_cohort(r)} | {float(r['settings']['block_mm']):g} mm | "
                      f"{float(r['settings']['smooth_mm']):g} mm | "
-                     + " | ".join(cells) + f" | {distinctive(r)} | {r['heldout_called']} | {r['new_patients_called']} | "
+                     + " | ".join(cells)
+                     + f" | {distinctive(r)} | {r['heldout_called']} | {r['new_patients_called']} | "
                      f"{r['seconds']:.0f} | {'NA' if r.get('peak_mib') is None else format(r['peak_mib'], '.0f')} |")
     return "\n".join(lines) + "\n"
 

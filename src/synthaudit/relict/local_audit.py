@@ -188,7 +188,8 @@ def run(cohort: Cohort, settings: LocalSettings, threads: int = 1, log: logging.
     log.info("blocks of %s voxels (%s mm, half-block stride): %d of %d inside the anatomy; smoothing sigma %s mm; "
              "background %.4g, data range %.4g%s", "x".join(str(2 * c) for c in grid.cell),
              " x ".join(f"{2 * c * s:.3g}" for c, s in zip(grid.cell, spacing)), int(keep.sum()), grid.n_blocks,
-             " x ".join(f"{g * s:.3g}" for g, s in zip(sigma, spacing)), background, data_range, f", ceiling {ceiling:.4g} (window)" if ceiling is not None else "")
+             " x ".join(f"{g * s:.3g}" for g, s in zip(sigma, spacing)), background, data_range,
+             f", ceiling {ceiling:.4g} (window)" if ceiling is not None else "")
     if not keep.any():
         log.warning("local: no block of %s mm has anatomy in at least half its voxels (off the background %.4g by 5 %% "
                     "of the range): nothing to test; a smaller relict.local.block_mm may fit", settings.block_mm,
