@@ -210,3 +210,21 @@ def test_the_filters_estimate_counts_each_batch_s_distinct_scans_and_the_job_s_o
             {"role": "heldout", "patient_id": "b"}]
     assert privacy_possible(rows)[0] and not privacy_possible(rows[:2])[0]
     assert "no patient with two training scans" in privacy_possible(rows[1:])[1]
+
+
+def test_the_local_level_s_per_pair_cost_stays_a_cost_when_the_timing_noise_hides_it(monkeypatch):
+    """CI once measured the 5-query and 1-query block sums equally fast on init's tiny samples: the
+    difference was 0 and the local level's per-pair cost with it. A tenth of the per-query share is
+    kept, as the alignment's per-pair cost does."""
+    import numpy as np
+    import yaml
+    from workflow_helpers import ROOT
+
+    from synthaudit.workspace import timing
+
+    cfg = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]["local"]
+    vols = [np.random.default_rng(i).normal(size=(16, 16, 16)).astype(np.float32) for i in range(5)]
+    monkeypatch.setattr(timing, "_seconds", lambda fn: (fn(), 0.5)[1])  # every call as fast as every other
+    smooth, pair, control, query = timing.local_costs(vols, cfg, (4.0, 4.0, 4.0), 1)
+    assert pair == pytest.approx(0.1 * 0.5 / 5)
+    assert smooth == control == 0.5 and query == pytest.approx(0.5 / 5)
