@@ -190,13 +190,25 @@ def overlap(shape: Sequence[int], tr: Transform, spacing_mm: Sequence[float], fa
         ones = apply(np.ones(shape, np.float32), Transform(shift_vox=tr.shift_vox, rotvec_deg=tr.rotvec_deg),
                      spacing_mm, fast=fast)
         return ones >= VALID_LEVEL
+    ones = apply(_ones_rotated(shape, tr, spacing_mm), Transform(shift_vox=tr.shift_vox), spacing_mm)
+    return ones >= VALID_LEVEL
+
+
+# the rotated ones-volumes kept (bytes): every grid rotation of a search (26 for the default group,
+# with the refinement's angles a few more) at 1.5 mm; before issue 47 four were kept, and a synthetic
+# volume's candidates, each with its own rotation, recomputed them (about 7 % of the alignment)
+ONES_ROTATED_BYTES = 320 * 2 ** 20
+
+
+def _ones_rotated(shape: tuple, tr: Transform, spacing_mm: Sequence[float]) -> np.ndarray:
+    """The ones-volume rotated by ``tr``'s grid rotation (the shift not applied), cached."""
     key = (shape, int(tr.rotation_axis), float(tr.angle_deg), tuple(float(x) for x in spacing_mm))
     if key not in _ONES_ROTATED:
-        if len(_ONES_ROTATED) >= 4:  # a few hypotheses' masks (one volume each)
+        per = 4 * math.prod(shape)
+        while _ONES_ROTATED and (len(_ONES_ROTATED) + 1) * per > max(ONES_ROTATED_BYTES, 4 * per):
             _ONES_ROTATED.pop(next(iter(_ONES_ROTATED)))
         _ONES_ROTATED[key] = rotate(np.ones(shape, np.float32), tr.rotation_axis, tr.angle_deg, spacing_mm)
-    ones = apply(_ONES_ROTATED[key], Transform(shift_vox=tr.shift_vox), spacing_mm)
-    return ones >= VALID_LEVEL
+    return _ONES_ROTATED[key]
 
 
 def _outside_sums(t: np.ndarray, box: tuple) -> tuple[float, float]:
@@ -240,6 +252,15 @@ def _measured(vol: np.ndarray, t: np.ndarray, tr: Transform, space: SearchSpace,
     are :func:`apply`'s, zero outside the overlap's box, so the box's sums are the grid's less
     the target's own outside it)."""
     tr = Transform(tr.flips, tr.rotation_axis, tr.angle_deg, tr.shift_vox)
+    if not exact and not space.intensity_affine and tr.rotation_axis >= 0 and tr.angle_deg != 0:
+        # a grid rotation: the overlap is the rotated ones-volume shifted alike, summed in the same pass
+        from ..align_kernels import masked_error_sums
+
+        abs_sum, sq_sum, n = masked_error_sums(vol, _ones_rotated(tuple(t.shape), tr, spacing_mm), t, tr.shift_vox,
+                                               float(VALID_LEVEL), threads=threads)
+        if n == 0:
+            return PairResult(tr, math.inf, math.inf)
+        return PairResult(tr, abs_sum / n, math.sqrt(sq_sum / n))
     region = overlap(t.shape, tr, spacing_mm)
     if not exact and not space.intensity_affine and (region is None or isinstance(region, tuple)):
         from ..align_kernels import shifted_error_sums
