@@ -45,6 +45,53 @@ def test_shifted_error_sums_are_those_of_apply(shape, shift):
     assert ak.shifted_error_sums(a, moved, shift) == (0.0, 0.0)
 
 
+@pytest.mark.parametrize("shift", [(0.3, -1.7, 2.25), (0, 0, 0), (-2.0, 0, 1.0), (0, 3, 0), (9.5, 0.2, -4.4)])
+@pytest.mark.parametrize("axis, angle", [(0, 7.5), (1, -10.0), (2, 2.5)])
+def test_masked_error_sums_are_those_of_the_rotated_overlap(shift, axis, angle):
+    """A rotated candidate's errors over its overlap (issue 47): the rotated ones-volume shifted
+    alike, the voxels where it reaches VALID_LEVEL, the same count and the sums of the
+    written-out volumes (rows summed in float32, then float64)."""
+    from synthaudit.relict.geometry import rotate
+
+    a, t = _pair((21, 18, 16), 5)
+    ones = rotate(np.ones(a.shape, np.float32), axis, angle, [1.5, 1.0, 2.0])
+    tr = al.Transform(shift_vox=tuple(float(x) for x in shift))
+    region = al.apply(ones, tr, [1.0, 1.0, 1.0]) >= al.VALID_LEVEL
+    d = (al.apply(a, tr, [1.0, 1.0, 1.0])[region] - t[region]).ravel()
+    abs_sum, sq_sum, n = ak.masked_error_sums(a, ones, t, shift, float(al.VALID_LEVEL), threads=2)
+    assert n == int(region.sum()) and 0 < n < a.size
+    assert (abs_sum, sq_sum) == pytest.approx((float(np.abs(d).sum(dtype=np.float64)),
+                                               float(np.square(d).sum(dtype=np.float64))), rel=1e-6)
+    # the voxels themselves are apply's: zero error where t is the shifted volume
+    assert ak.masked_error_sums(a, ones, al.apply(a, tr, [1.0, 1.0, 1.0]), shift, float(al.VALID_LEVEL))[:2] == (0, 0)
+    # an unrotated grid (ones everywhere): the shift's own overlap, the box of al.overlap
+    box = al.overlap(a.shape, tr, [1.0, 1.0, 1.0])
+    box = (slice(None),) * 3 if box is None else box
+    d = (al.apply(a, tr, [1.0, 1.0, 1.0])[box] - t[box]).ravel()
+    everywhere = ak.masked_error_sums(a, np.ones(a.shape, np.float32), t, shift, float(al.VALID_LEVEL))
+    assert everywhere == pytest.approx((float(np.abs(d).sum(dtype=np.float64)),
+                                        float(np.square(d).sum(dtype=np.float64)), d.size), rel=1e-6)
+
+
+@pytest.mark.parametrize("shape, max_shift", [((68, 81, 54), (3, 3, 3)), ((61, 72, 60), (5, 2, 4))])
+def test_the_pruned_inverse_transform_is_the_fft_s_at_the_shifts_in_range(shape, max_shift):
+    """ShiftSearch's inverse at the shifts in range only (issue 47) against the whole inverse FFT,
+    indexed alike: the same squared errors to float32 rounding, the same best shift."""
+    search = al.ShiftSearch(shape, max_shift, workers=2)
+    assert search._pruned is not None
+    rng = np.random.default_rng(6)
+    a = rng.normal(size=shape).astype(np.float32)
+    t = np.roll(a, (2, -1, 1), axis=(0, 1, 2)) + 0.3 * rng.normal(size=shape).astype(np.float32)
+    mov, fix = search.moving(a), search.fixed(t)
+    pruned = search.ssd(mov, fix)
+    search._pruned = None
+    full = search.ssd(search.moving(a), fix)
+    assert pruned.shape == full.shape == tuple(2 * m + 1 for m in max_shift)
+    np.testing.assert_allclose(pruned, full, rtol=0, atol=2e-6 * float(full.max()))
+    assert search.best(pruned, subvoxel=False)[0] == search.best(full, subvoxel=False)[0] == (2.0, -1.0, 1.0)
+    assert not al.ShiftSearch((30, 33, 29), (5, 5, 5))._pruned_cheaper()  # 11 of 36: the FFT
+
+
 @pytest.mark.parametrize("factor", [2, 3, 4])
 def test_block_mean_fast_equals_block_mean(factor):
     a, _ = _pair((23, 17, 14), 3)

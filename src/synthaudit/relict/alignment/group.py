@@ -255,13 +255,53 @@ class ShiftSearch:
         # the shifts in range, as indices into the (circular) correlation array
         self._idx = [np.r_[0:m + 1, p - m:p] if m else np.array([0]) for m, p in zip(self.max_shift, self.padded)]
         self.shifts = [np.r_[0:m + 1, -m:0] if m else np.array([0]) for m in self.max_shift]
+        self._pruned = self._pruned_dft() if self._pruned_cheaper() else None
+
+    def _pruned_cheaper(self) -> bool:
+        """Whether the inverse transform at the shifts in range only (:meth:`_pruned_dft`) is the faster:
+        where those are at most a quarter of axis 0 and the padded grid is not tiny (measured on 2 cores:
+        3 mm block means of a 1.5 mm head CT, 7 of 72 per axis, 0.38 against 2.29 ms; a 1 mm grid's
+        full-resolution search, 21 of 192, 15 against 46 ms; a 36 x 40 x 36 grid, 11 of 36, 0.75
+        against 0.41 ms)."""
+        return 4 * len(self._idx[0]) <= self.padded[0] and math.prod(self.padded) >= 2 ** 17
+
+    def _pruned_dft(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The inverse real DFT's matrices at the output indices ``self._idx``: axis 0 and 1 complex
+        (e^{2 pi i k n / P} / P), axis 2 the half spectrum's cosine and sine rows (weights 1 at k = 0
+        and k = P/2, 2 between: irfft's Hermitian sum)."""
+        p0, p1, p2 = self.padded
+        h = p2 // 2 + 1
+
+        def rows(idx, p):
+            return (np.exp(2j * np.pi * np.outer(idx, np.arange(p)) / p) / p).astype(np.complex64)
+
+        weight = np.full(h, 2.0)
+        weight[0] = 1.0
+        if p2 % 2 == 0:
+            weight[-1] = 1.0
+        angle = 2 * np.pi * np.outer(self._idx[2], np.arange(h)) / p2
+        cos = (weight * np.cos(angle) / p2).astype(np.float32)
+        sin = (weight * np.sin(angle) / p2).astype(np.float32)
+        return rows(self._idx[0], p0), rows(self._idx[1], p1), np.ascontiguousarray(cos.T), np.ascontiguousarray(sin.T)
 
     def _fft(self, v: np.ndarray) -> np.ndarray:
         return sfft.rfftn(v, s=self.padded, workers=self.workers)
 
     def _ifft(self, f: np.ndarray) -> np.ndarray:
-        full = sfft.irfftn(f, s=self.padded, workers=self.workers)
-        return full[np.ix_(*self._idx)]
+        """The inverse FFT at the shifts in range (indexed like ``self.shifts``).
+
+        Why pruned: the search needs (2m + 1)^3 of the correlation's values (343 of 389,000 on a
+        1.5 mm head CT's 3 mm block means); an inverse over axis 0 at those indices only, as one
+        matrix product, then axes 1 and 2 on what is left, replaced the whole inverse FFT that was
+        a third of the coarse stage (issue 47)."""
+        if self._pruned is None:
+            full = sfft.irfftn(f, s=self.padded, workers=self.workers)
+            return full[np.ix_(*self._idx)]
+        e0, e1, cos, sin = self._pruned
+        p0, p1, h = f.shape
+        g = (e0 @ f.reshape(p0, p1 * h)).reshape(len(e0), p1, h)  # axis 0
+        g = np.matmul(e1, g)  # axis 1: (n1 x p1) @ (p1 x h), per row of axis 0
+        return (g.real @ cos - g.imag @ sin).astype(np.float32)  # axis 2, the real inverse
 
     def fixed(self, t: np.ndarray) -> tuple[np.ndarray, float]:
         t = np.asarray(t, np.float32)
@@ -271,13 +311,14 @@ class ShiftSearch:
         """The moving volume's FFT and its energy inside the grid for every shift."""
         a = np.asarray(a, np.float32)
         energy = self._ifft(np.conj(self._fft(a * a)) * self._grid_f)
-        return self._fft(a), energy
+        return np.conj(self._fft(a)), energy
 
     def ssd(self, moving: tuple[np.ndarray, np.ndarray], fixed: tuple[np.ndarray, float]) -> np.ndarray:
-        """SSD(d) on the grid of shifts (array indexed like ``self.shifts``)."""
-        a_f, energy = moving
+        """SSD(d) on the grid of shifts (array indexed like ``self.shifts``); ``moving``'s transform is
+        held conjugated (:meth:`moving`: once per moved volume, not per pair)."""
+        a_f_conj, energy = moving
         t_f, t_sq = fixed
-        cross = self._ifft(np.conj(a_f) * t_f)
+        cross = self._ifft(a_f_conj * t_f)
         return np.maximum(energy + t_sq - 2.0 * cross, 0.0)
 
     def best(self, ssd: np.ndarray, subvoxel: bool) -> tuple[tuple[float, float, float], float]:

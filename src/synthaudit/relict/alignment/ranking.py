@@ -100,7 +100,7 @@ def align_candidates_ranked(synthetic: Sequence, training: Sequence, load: Loade
         s = _less(load(ref)[0], background)
         js = [int(j) for j in candidates[i]]
         coarse = None
-        if factor > 1 and keep < k:
+        if factor > 1:  # the candidates' block means from the shared cache (each training volume once)
             def coarse(r, search, js=js):
                 current.setdefault("search", search)
                 return coarse_cache(js[r])
