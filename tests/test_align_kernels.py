@@ -92,6 +92,23 @@ def test_the_pruned_inverse_transform_is_the_fft_s_at_the_shifts_in_range(shape,
     assert not al.ShiftSearch((30, 33, 29), (5, 5, 5))._pruned_cheaper()  # 11 of 36: the FFT
 
 
+def test_the_fused_normal_equations_are_refine_rigid_s_numpy_jacobian():
+    """lk_normal_equations (issue 47) against the (voxels x 6) Jacobian refine_rigid builds with NumPy:
+    np.gradient's differences (one-sided at the faces), -((p - c - d) x g, g), r = moved - target."""
+    a, t = _pair((9, 12, 7), 7)
+    centre, sp, shift = np.array([4.2, 5.5, 3.1]), np.array([3.0, 2.0, 4.5]), np.array([1.5, -2.0, 0.25])
+    grad = np.stack(np.gradient(a.astype(np.float64), *sp), axis=-1).reshape(-1, 3)
+    rel = (np.indices(a.shape, dtype=np.float64).reshape(3, -1).T - centre) * sp
+    jac = -np.concatenate([np.cross(rel - shift, grad), grad], axis=1)
+    resid = a.ravel().astype(np.float64) - t.ravel()
+    h, b = ak.lk_normal_equations(a, t, centre, sp, shift, threads=2)
+    np.testing.assert_allclose(h, jac.T @ jac, rtol=1e-10)
+    np.testing.assert_allclose(b, jac.T @ resid, rtol=1e-9, atol=1e-9 * float(np.abs(jac.T @ resid).max()))
+    h1, b1 = ak.lk_normal_equations(a, t, centre, sp, shift, threads=1)
+    np.testing.assert_array_equal(h, h1)  # planes summed in order
+    np.testing.assert_array_equal(b, b1)
+
+
 @pytest.mark.parametrize("factor", [2, 3, 4])
 def test_block_mean_fast_equals_block_mean(factor):
     a, _ = _pair((23, 17, 14), 3)

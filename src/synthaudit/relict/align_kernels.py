@@ -388,3 +388,64 @@ def affine_linear(volume: np.ndarray, matrix: np.ndarray, offset: Sequence[float
     with kernel_threads(threads):
         _affine_linear(v, np.ascontiguousarray(matrix, np.float64), np.ascontiguousarray(offset, np.float64), out)
     return out
+
+
+@njit(parallel=True, cache=True, nogil=True)
+def _lk_planes(a, t, centre, sp, shift, out):  # pragma: no cover - compiled
+    n0, n1, n2 = a.shape
+    for i in prange(n0):
+        acc = np.zeros(27)
+        v = np.empty(6)
+        p0 = (i - centre[0]) * sp[0] - shift[0]
+        i_lo, i_hi = max(i - 1, 0), min(i + 1, n0 - 1)
+        for j in range(n1):
+            p1 = (j - centre[1]) * sp[1] - shift[1]
+            j_lo, j_hi = max(j - 1, 0), min(j + 1, n1 - 1)
+            for k in range(n2):
+                p2 = (k - centre[2]) * sp[2] - shift[2]
+                k_lo, k_hi = max(k - 1, 0), min(k + 1, n2 - 1)
+                # np.gradient, edge_order 1: central differences inside, one-sided at the faces
+                g0 = (np.float64(a[i_hi, j, k]) - np.float64(a[i_lo, j, k])) / ((i_hi - i_lo) * sp[0])
+                g1 = (np.float64(a[i, j_hi, k]) - np.float64(a[i, j_lo, k])) / ((j_hi - j_lo) * sp[1])
+                g2 = (np.float64(a[i, j, k_hi]) - np.float64(a[i, j, k_lo])) / ((k_hi - k_lo) * sp[2])
+                v[0] = p1 * g2 - p2 * g1
+                v[1] = p2 * g0 - p0 * g2
+                v[2] = p0 * g1 - p1 * g0
+                v[3] = g0
+                v[4] = g1
+                v[5] = g2
+                r = np.float64(a[i, j, k]) - np.float64(t[i, j, k])
+                c = 0
+                for u in range(6):
+                    for w in range(u, 6):
+                        acc[c] += v[u] * v[w]
+                        c += 1
+                    acc[21 + u] -= v[u] * r
+        out[i] = acc
+
+
+def lk_normal_equations(moved: np.ndarray, target: np.ndarray, centre: Sequence[float], spacing: Sequence[float],
+                        shift: Sequence[float], threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The Gauss-Newton system ``(J^T J, J^T r)`` of :func:`~synthaudit.relict.alignment.refine_rigid` in one
+    pass: per voxel p the gradient g of ``moved`` (np.gradient's, edge order 1, in mm), the Jacobian row
+    -((p - c - d) x g, g) and the residual r = moved - target, all float64.
+
+    Why: refine_rigid built the (voxels x 6) Jacobian with NumPy, a gradient volume and a cross product
+    per iteration, about half of the joint refinement of the closest pairs, the largest per-volume cost
+    of the 1.5 mm head CT's alignment after the coarse stage was pruned (issue 47). Planes are summed in
+    order: the result does not depend on the thread count."""
+    a, t = _two_volumes(moved, target, "lk_normal_equations")
+    if min(a.shape) < 2:
+        raise ValueError(f"lk_normal_equations needs at least 2 voxels per axis, got {a.shape}")
+    out = np.zeros((a.shape[0], 27))
+    with kernel_threads(threads):
+        _lk_planes(a, t, np.asarray(centre, np.float64), np.asarray(spacing, np.float64),
+                   np.asarray(shift, np.float64), out)
+    tot = out.sum(axis=0)
+    h = np.empty((6, 6))
+    c = 0
+    for u in range(6):
+        for w in range(u, 6):
+            h[u, w] = h[w, u] = tot[c]
+            c += 1
+    return h, tot[21:].copy()

@@ -328,11 +328,17 @@ def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSp
     sp = np.asarray(spacing_mm, float)
     q = max(1, int(round(space.refine_block_mm / float(np.prod(sp)) ** (1 / 3))))
     base = np.ascontiguousarray(np.flip(s, axis=start.flips)) if start.flips else np.asarray(s, np.float32)
-    small_s, small_t = block_mean(base, q), block_mean(t, q)
+    if fast:  # the coarse-to-fine path: block means and the normal equations by the fused kernels
+        from ..align_kernels import block_mean_fast, lk_normal_equations
+
+        small_s, small_t = (block_mean_fast(v, q, _crop_start(v.shape, q)) if q > 1 else np.asarray(v, np.float32)
+                            for v in (base, t))
+    else:
+        small_s, small_t = block_mean(base, q), block_mean(t, q)
     # the full grid's centre in block coordinates (block b covers voxels c0 + q b ... + q - 1)
     centre = ((np.asarray(s.shape, float) - 1) / 2 - np.asarray(_crop_start(s.shape, q)) - (q - 1) / 2) / q
     sp_b = sp * q
-    rel = (np.indices(small_s.shape, dtype=np.float64).reshape(3, -1).T - centre) * sp_b  # p - c
+    rel = None if fast else (np.indices(small_s.shape, dtype=np.float64).reshape(3, -1).T - centre) * sp_b  # p - c
     target = small_t.ravel().astype(np.float64)
     rot, shift = start.rotation_matrix(), np.asarray(start.shift_vox, float) * sp
 
@@ -343,10 +349,13 @@ def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSp
     moved, err = error(rot, shift)
     damping = 1e-3
     for _ in range(iterations):
-        grad = np.stack(np.gradient(moved.astype(np.float64), *sp_b), axis=-1).reshape(-1, 3)
-        jac = -np.concatenate([np.cross(rel - shift, grad), grad], axis=1)
-        resid = moved.ravel().astype(np.float64) - target
-        h, b = jac.T @ jac, jac.T @ resid
+        if fast:
+            h, b = lk_normal_equations(moved, small_t, centre, sp_b, shift)
+        else:
+            grad = np.stack(np.gradient(moved.astype(np.float64), *sp_b), axis=-1).reshape(-1, 3)
+            jac = -np.concatenate([np.cross(rel - shift, grad), grad], axis=1)
+            resid = moved.ravel().astype(np.float64) - target
+            h, b = jac.T @ jac, jac.T @ resid
         scale = np.diag(h) + 1e-12 * (np.trace(h) + 1e-300)
         improved = False
         while damping < 1e4:
