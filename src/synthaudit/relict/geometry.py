@@ -95,6 +95,16 @@ def matrix_rotvec(rot: np.ndarray) -> np.ndarray:
     return Rotation.from_matrix(np.asarray(rot, float)).as_rotvec()
 
 
+def rigid_pullback(shape: Sequence[int], rot: np.ndarray, shift_mm: Sequence[float], spacing_mm: Sequence[float],
+                   centre_vox: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`rigid_warp`'s map in voxel coordinates, source = M out + offset: ``(M, offset)``."""
+    sp = np.asarray(spacing_mm, float)
+    rot = np.asarray(rot, float)
+    centre = (np.asarray(shape, float) - 1) / 2 if centre_vox is None else np.asarray(centre_vox, float)
+    m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
+    return m, centre - m @ centre - (rot.T @ np.asarray(shift_mm, float)) / sp
+
+
 def rigid_warp(volume: np.ndarray, rot: np.ndarray, shift_mm: Sequence[float], spacing_mm: Sequence[float],
                centre_vox: Sequence[float] | None = None, order: int = 1, fast: bool = False,
                threads: int | None = None) -> np.ndarray:
@@ -107,11 +117,7 @@ def rigid_warp(volume: np.ndarray, rot: np.ndarray, shift_mm: Sequence[float], s
     ``fast`` (order 1 only): :func:`~synthaudit.relict.align_kernels.affine_linear`, SciPy's values
     to float32 rounding at ~4x the speed (the coarse-to-fine search; the reference path keeps SciPy's).
     """
-    sp = np.asarray(spacing_mm, float)
-    rot = np.asarray(rot, float)
-    centre = (np.asarray(volume.shape, float) - 1) / 2 if centre_vox is None else np.asarray(centre_vox, float)
-    m = np.diag(1 / sp) @ rot.T @ np.diag(sp)
-    offset = centre - m @ centre - (rot.T @ np.asarray(shift_mm, float)) / sp
+    m, offset = rigid_pullback(volume.shape, rot, shift_mm, spacing_mm, centre_vox)
     if fast and order == 1:
         from .align_kernels import affine_linear
 

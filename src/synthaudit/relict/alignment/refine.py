@@ -299,12 +299,30 @@ def _refine_closest(found: list[PairResult], s: np.ndarray, targets: Sequence[np
         tr = refine_rigid(s, t, out[j].transform, space, spacing_mm, fast=not exact)
         if tr is None:
             continue
-        region = overlap(t.shape, tr, spacing_mm, fast=not exact)
-        aligned = _fit_intensity(apply(s, tr, spacing_mm, fast=not exact), t, tr, space, region)
-        measured = PairResult(tr, *_region_measures(aligned, t, region, exact))
+        if not exact and not space.intensity_affine:
+            measured = _rigid_measured(s, t, tr, spacing_mm)
+        else:
+            region = overlap(t.shape, tr, spacing_mm, fast=not exact)
+            aligned = _fit_intensity(apply(s, tr, spacing_mm, fast=not exact), t, tr, space, region)
+            measured = PairResult(tr, *_region_measures(aligned, t, region, exact))
         if measured.rmse < out[j].rmse:
             out[j] = measured
     return out
+
+
+def _rigid_measured(s: np.ndarray, t: np.ndarray, tr: Transform, spacing_mm: Sequence[float]) -> PairResult:
+    """MAE and RMSE of ``s`` moved by a joint rotation and shift (``tr.rotvec_deg``: :func:`apply` with
+    ``fast``) against ``t`` over :func:`overlap`'s voxels, in one pass
+    (:func:`~synthaudit.relict.align_kernels.affine_error_sums`): the warped ones-volume of
+    :func:`overlap` is 1 exactly where the source point lies inside the grid."""
+    from ..align_kernels import affine_error_sums
+    from ..geometry import rigid_pullback
+
+    base = np.ascontiguousarray(np.flip(s, axis=tr.flips)) if tr.flips else s
+    m, offset = rigid_pullback(s.shape, tr.rotation_matrix(), np.asarray(tr.shift_vox, float) * np.asarray(
+        spacing_mm, float), spacing_mm)
+    abs_sum, sq_sum, n = affine_error_sums(base, t, m, offset)
+    return PairResult(tr, abs_sum / n, math.sqrt(sq_sum / n)) if n else PairResult(tr, math.inf, math.inf)
 
 
 def refine_rigid(s: np.ndarray, t: np.ndarray, start: Transform, space: SearchSpace, spacing_mm: Sequence[float],
