@@ -91,7 +91,8 @@ def align_candidates_ranked(synthetic: Sequence, training: Sequence, load: Loade
 
     training_volume = _ByteLRU(read, cache_bytes, 1)
     current: dict = {}  # the ShiftSearch of the block-mean grid (one grid: the caller checks it)
-    coarse_cache = _ByteLRU(lambda j: coarse_fixed(read(j), factor, current["search"], workers),
+    # the block means from the full-resolution cache's copy: each training volume read once, not twice
+    coarse_cache = _ByteLRU(lambda j: coarse_fixed(training_volume(j), factor, current["search"], workers),
                             cache_bytes if coarse_cache_bytes is None else coarse_cache_bytes, k)
 
     kept_all = np.empty((len(synthetic), keep), np.int64)
