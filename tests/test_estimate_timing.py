@@ -131,12 +131,25 @@ def test_benchmarks_md_quotes_the_committed_coarse_stage_bench():
     from workflow_helpers import ROOT
 
     r = json.loads((ROOT / "results/bench/alignment_coarse_ct.json").read_text())
+    before = json.loads((ROOT / "results/bench/alignment_coarse_ct_2026-11-28.json").read_text())
     text = (ROOT / "docs/benchmarks.md").read_text()
-    section = text[text.index("### Alignment at 1.5 mm"):text.index("## The CVAE's loss")]
-    for value in (r["seconds"]["ssim"], r["seconds"]["align_coarse_3mm"], r["per_pair_s"]["coarse_3mm"],
-                  r["per_pair_s"]["full_resolution"], f"{r['align_coarse_over_ssim']}x SSIM",
-                  f"{r['reference']['max_ratio_difference']['mae']:.4f}"):
-        assert str(value) in section, value
+    section = " ".join(text[text.index("### Alignment at 1.5 mm"):text.index("## The CVAE's loss")].split())
+    for run in (r, before):
+        row = (f"| alignment, coarse stage (3 mm) | {before['seconds']['align_coarse_3mm']} | "
+               f"{before['per_pair_s']['coarse_3mm']} | {r['seconds']['align_coarse_3mm']} | "
+               f"{r['per_pair_s']['coarse_3mm']} |")
+        assert row in section
+        for value in (run["seconds"]["ssim"], run["per_pair_s"]["full_resolution"],
+                      run["seconds"]["align_full_resolution_reference_rows"],
+                      f"{run['reference']['max_ratio_difference']['mae']:.4f}"):
+            assert str(value) in section, value
+    assert f"now {r['align_coarse_over_ssim']}x SSIM ({before['align_coarse_over_ssim']}x before)" in section
+    speed = before["seconds"]["align_coarse_3mm"] / r["seconds"]["align_coarse_3mm"]
+    assert f"What made it {speed:.1f}x faster" in section
+    # the same distances: the reference rows' coarse-stage ratios of both runs agree
+    diff = max(abs(a[m]["ratio_coarse"] - b[m]["ratio_coarse"]) for a, b in
+               zip(r["reference"]["per_row"], before["reference"]["per_row"]) for m in ("mae", "rmse"))
+    assert diff < 5e-9 and "agree to 5e-9" in section
     assert r["per_pair_s"]["coarse_3mm"] < r["per_pair_s"]["full_resolution"]
     speedup = r["per_pair_s"]["full_resolution"] / r["per_pair_s"]["coarse_3mm"]
     assert f"{speedup:.1f}x faster than at full resolution" in (ROOT / "docs/augmentation.md").read_text()
@@ -228,3 +241,34 @@ def test_the_local_level_s_per_pair_cost_stays_a_cost_when_the_timing_noise_hide
     smooth, pair, control, query = timing.local_costs(vols, cfg, (4.0, 4.0, 4.0), 1)
     assert pair == pytest.approx(0.1 * 0.5 / 5)
     assert smooth == control == 0.5 and query == pytest.approx(0.5 / 5)
+
+
+def test_benchmarks_md_s_alignment_profile_is_the_committed_one():
+    """The 1.5 mm alignment's cost breakdown in docs/benchmarks.md is results/bench/alignment_coarse_ct_profile.txt's
+    (``alignment_coarse_check.py --profile``): each stage's cumulative seconds, the calls per pair, and the
+    full-resolution step alone above twice the SSIM time of the committed bench."""
+    import re
+
+    from workflow_helpers import ROOT
+
+    text = (ROOT / "results/bench/alignment_coarse_ct_profile.txt").read_text()
+    pairs = int(text.split()[0])
+    rows = {}
+    for line in text.splitlines():
+        m = re.match(r"\s*(\d+)(?:/\d+)?\s+\S+\s+\S+\s+(\S+)\s+\S+\s+\S+\((\w+)\)$", line)
+        if m:
+            rows.setdefault(m.group(3), (int(m.group(1)), float(m.group(2))))
+    page = " ".join((ROOT / "docs/benchmarks.md").read_text().split())
+    total = float(re.search(r"aligned in ([\d.]+) s", text).group(1))
+    assert f"{total:.1f} s in all under cProfile" in page
+    for name, words in (("preselect_volumes", "a matrix product, {:.1f} s"),
+                        ("_refine_closest", "joint refinement: {:.1f} s"),
+                        ("_coarse_search", "correlations per pair, {:.1f} s"),
+                        ("descend", "That is {:.1f} s for the descent"),
+                        ("_measured", "and {:.1f} s for the measures")):
+        assert words.format(rows[name][1]) in page, name
+    assert f"{rows['ssd'][0] / pairs:.1f} correlations per pair" in page
+    assert f"the descent's {rows['shift_ssd'][0] / pairs:.1f}" in page
+    assert f"{(rows['shift_ssd'][0] + rows['_measured'][0]) / pairs:.1f} passes" in page
+    ssim = json.loads((ROOT / "results/bench/alignment_coarse_ct.json").read_text())["seconds"]["ssim"]
+    assert rows["descend"][1] + rows["_measured"][1] > 2 * ssim and f"SSIM time ({2 * ssim:.1f} s)" in page
