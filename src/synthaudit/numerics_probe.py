@@ -125,6 +125,31 @@ def stage_numba() -> str:
     return _digest(*(out[k] for k in sorted(out)))
 
 
+def stage_alignment() -> str:
+    """The augmentation-aware search: the shift search's pruned inverse transform (complex products
+    through OpenBLAS), the full-resolution kernels (shift sums, shifted and masked errors, the warp's
+    errors, the Gauss-Newton system), the block means."""
+    import numpy as np
+
+    from .relict import align_kernels as ak
+    from .relict.alignment import ShiftSearch
+    from .relict.geometry import rotate, rotvec_matrix
+
+    a, t = _volumes(2, (64, 64, 32), 8)
+    search = ShiftSearch(a.shape, (3, 3, 3), workers=THREADS)
+    assert search._pruned is not None  # the path the 3 mm coarse stage takes
+    ssd = search.ssd(search.moving(a), search.fixed(t))
+    ones = rotate(np.ones(a.shape, np.float32), 1, 5.0, [1.5, 1.5, 1.5])
+    m = rotvec_matrix(np.radians([2.0, -1.0, 3.0]))
+    return _digest(ssd, ak.shift_ssd(a, t, [(0, 0, 0), (1, -2, 1)], threads=THREADS),
+                   np.asarray(ak.shifted_error_sums(a, t, (0.4, -1.3, 2.0), threads=THREADS)),
+                   np.asarray(ak.masked_error_sums(a, ones, t, (1.5, 0.0, -0.7), 0.9999, threads=THREADS)),
+                   np.asarray(ak.affine_error_sums(a, t, m, (0.5, -0.2, 0.3), threads=THREADS)),
+                   *ak.lk_normal_equations(a, t, (31.5, 31.5, 15.5), (3.0, 3.0, 3.0), (0.5, 0.0, -1.0),
+                                           threads=THREADS),
+                   ak.block_mean_fast(a, 2, (0, 0, 0), threads=THREADS))
+
+
 def stage_unet() -> str:
     """The segmentation level's U-Net: trained (Adam, patches), then a sliding-window prediction."""
     from .segment.unet import predict, train_unet
@@ -232,7 +257,8 @@ def stage_radiomics() -> str:
 
 STAGES: dict[str, Callable[[], str]] = {
     "numpy": stage_numpy, "sort": stage_sort, "blas": stage_blas, "scipy": stage_scipy,
-    "registration": stage_registration, "numba": stage_numba, "unet": stage_unet, "filter": stage_filter,
+    "registration": stage_registration, "numba": stage_numba, "alignment": stage_alignment, "unet": stage_unet,
+    "filter": stage_filter,
     "cvae": stage_cvae, "ldm": stage_ldm, "encoder": stage_encoder, "radiomics": stage_radiomics,
 }
 
