@@ -282,7 +282,8 @@ class ShiftSearch:
         angle = 2 * np.pi * np.outer(self._idx[2], np.arange(h)) / p2
         cos = (weight * np.cos(angle) / p2).astype(np.float32)
         sin = (weight * np.sin(angle) / p2).astype(np.float32)
-        return rows(self._idx[0], p0), rows(self._idx[1], p1), np.ascontiguousarray(cos.T), np.ascontiguousarray(sin.T)
+        return (rows(self._idx[0], p0), rows(self._idx[1], p1), np.ascontiguousarray(cos.T),
+                np.ascontiguousarray(sin.T))
 
     def _fft(self, v: np.ndarray) -> np.ndarray:
         return sfft.rfftn(v, s=self.padded, workers=self.workers)
@@ -308,7 +309,8 @@ class ShiftSearch:
         return self._fft(t), float(np.sum(t.astype(np.float64) ** 2))
 
     def moving(self, a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The moving volume's FFT and its energy inside the grid for every shift."""
+        """The moving volume's FFT, conjugated (what :meth:`ssd` multiplies by), and its energy inside the
+        grid for every shift."""
         a = np.asarray(a, np.float32)
         energy = self._ifft(np.conj(self._fft(a * a)) * self._grid_f)
         return np.conj(self._fft(a)), energy
