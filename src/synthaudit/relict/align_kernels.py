@@ -342,6 +342,23 @@ def block_mean_fast(volume: np.ndarray, factor: int, crop_start: Sequence[int], 
     return (out / float(factor) ** 3).astype(np.float32)
 
 
+@njit(cache=True, inline="always")
+def _trilinear(v, x, y, z, h0, h1, h2):  # pragma: no cover - compiled
+    """``v`` at the point (x, y, z) inside [0, h]^3 by trilinear interpolation (float64 arithmetic), the
+    upper neighbours clamped to the grid: :func:`affine_linear`'s and :func:`affine_error_sums`'s value."""
+    fx, fy, fz = math.floor(x), math.floor(y), math.floor(z)
+    ix, iy, iz = int(fx), int(fy), int(fz)
+    tx, ty, tz = x - fx, y - fy, z - fz
+    jx, jy, jz = min(ix + 1, h0), min(iy + 1, h1), min(iz + 1, h2)
+    c00 = v[ix, iy, iz] * (1.0 - tz) + v[ix, iy, jz] * tz
+    c01 = v[ix, jy, iz] * (1.0 - tz) + v[ix, jy, jz] * tz
+    c10 = v[jx, iy, iz] * (1.0 - tz) + v[jx, iy, jz] * tz
+    c11 = v[jx, jy, iz] * (1.0 - tz) + v[jx, jy, jz] * tz
+    c0 = c00 * (1.0 - ty) + c01 * ty
+    c1 = c10 * (1.0 - ty) + c11 * ty
+    return c0 * (1.0 - tx) + c1 * tx
+
+
 @njit(parallel=True, cache=True, nogil=True)
 def _affine_linear(v, m, off, out):  # pragma: no cover - compiled
     n0, n1, n2 = v.shape
@@ -359,17 +376,7 @@ def _affine_linear(v, m, off, out):  # pragma: no cover - compiled
                 if x < 0.0 or y < 0.0 or z < 0.0 or x > h0 or y > h1 or z > h2:
                     out[i, j, k] = 0.0
                     continue
-                fx, fy, fz = math.floor(x), math.floor(y), math.floor(z)
-                ix, iy, iz = int(fx), int(fy), int(fz)
-                tx, ty, tz = x - fx, y - fy, z - fz
-                jx, jy, jz = min(ix + 1, h0), min(iy + 1, h1), min(iz + 1, h2)
-                c00 = v[ix, iy, iz] * (1.0 - tz) + v[ix, iy, jz] * tz
-                c01 = v[ix, jy, iz] * (1.0 - tz) + v[ix, jy, jz] * tz
-                c10 = v[jx, iy, iz] * (1.0 - tz) + v[jx, iy, jz] * tz
-                c11 = v[jx, jy, iz] * (1.0 - tz) + v[jx, jy, jz] * tz
-                c0 = c00 * (1.0 - ty) + c01 * ty
-                c1 = c10 * (1.0 - ty) + c11 * ty
-                out[i, j, k] = c0 * (1.0 - tx) + c1 * tx
+                out[i, j, k] = _trilinear(v, x, y, z, h0, h1, h2)
 
 
 def affine_linear(volume: np.ndarray, matrix: np.ndarray, offset: Sequence[float], threads: int | None = None
@@ -471,17 +478,7 @@ def _affine_error_planes(v, t, m, off, abs_out, sq_out, n_out):  # pragma: no co
                 z = b2 + m[2, 2] * k
                 if x < 0.0 or y < 0.0 or z < 0.0 or x > h0 or y > h1 or z > h2:
                     continue  # outside the moved volume's data: not compared
-                fx, fy, fz = math.floor(x), math.floor(y), math.floor(z)
-                ix, iy, iz = int(fx), int(fy), int(fz)
-                tx, ty, tz = x - fx, y - fy, z - fz
-                jx, jy, jz = min(ix + 1, h0), min(iy + 1, h1), min(iz + 1, h2)
-                c00 = v[ix, iy, iz] * (1.0 - tz) + v[ix, iy, jz] * tz
-                c01 = v[ix, jy, iz] * (1.0 - tz) + v[ix, jy, jz] * tz
-                c10 = v[jx, iy, iz] * (1.0 - tz) + v[jx, iy, jz] * tz
-                c11 = v[jx, jy, iz] * (1.0 - tz) + v[jx, jy, jz] * tz
-                c0 = c00 * (1.0 - ty) + c01 * ty
-                c1 = c10 * (1.0 - ty) + c11 * ty
-                d = np.float32(c0 * (1.0 - tx) + c1 * tx) - t[i, j, k]
+                d = np.float32(_trilinear(v, x, y, z, h0, h1, h2)) - t[i, j, k]
                 ra += abs(d)
                 rq += d * d
                 pn += 1
