@@ -5,8 +5,11 @@ did not cause. With portable numerics (synthaudit.numerics, the default) the dem
 same bits on every x86-64 CPU with AVX2, so numbers are compared exactly (``--rtol`` loosens
 that for a native run) and every difference is named (file, key or row and column, both
 values). Also checked: no other tracked file changed, no metrics file is missing from Git, the
-committed dvc.lock was written for this commit's code and params, and every DVC output is the
-bytes dvc.lock records (`dvc status`; times and the report are outside the hashed outputs).
+committed dvc.lock was written for this commit's code and params, every DVC output is the
+bytes dvc.lock records (`dvc status`; times and the report are outside the hashed outputs), and
+no demo job would rerun for its params, code or environment (Snakemake's dry run: outputs left
+by a run with `--rerun-triggers mtime` after a params change once passed here and failed CI's
+clean run).
 
 Usage: python .ci/check_baseline.py [--rtol 0] [--ref HEAD]
 """
@@ -24,6 +27,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPARED = ("results/metrics/", "results/plots/")  # compared by value; everything else tracked: byte for byte
+# what CI's make demo-check runs (Makefile: DEMO_PROFILE, demo and feature_study_all)
+DEMO_RUN = ("--workflow-profile", "workflow/profiles/demo")
+DEMO_TARGETS = ("all", "feature_study_all")
+STALE_TRIGGERS = ("params", "code", "software-env")  # not mtime: a fresh checkout's times say nothing
 
 
 def git(*args: str) -> str:
@@ -128,6 +135,34 @@ def compare_lock() -> list[str]:
     return problems
 
 
+def stale_reasons(dry_run: str) -> list[str]:
+    """The jobs a dry run (``--quiet rules``) would run, by reason, from Snakemake's text; empty
+    where it has nothing to do."""
+    if "Nothing to be done" in dry_run:
+        return []
+    lines, out = dry_run.splitlines(), []
+    for i, line in enumerate(lines):
+        text = line.strip()
+        if text.endswith(":") and i + 1 < len(lines) and text[:-1] not in ("Reasons", "Job stats"):
+            rules = lines[i + 1].strip()
+            if rules and not rules.endswith(":") and "(" not in text:
+                out.append(f"{text[:-1]}: {rules}")
+    return out or ["the dry run would run jobs (reasons not parsed): " + dry_run.strip()[-300:]]
+
+
+def stale_outputs() -> list[str]:
+    """Outputs that a rerun with Snakemake's default triggers would replace: the baseline is only
+    what this commit produces if no job is due for its params, code or software environment."""
+    cmd = [sys.executable, "-m", "snakemake", *DEMO_RUN, "--dry-run", "--rerun-triggers", *STALE_TRIGGERS,
+           "--quiet", "rules", "--", *DEMO_TARGETS]
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    text = proc.stdout + proc.stderr
+    if proc.returncode != 0:
+        return [f"snakemake's dry run failed: {text.strip()[-500:]}"]
+    return [f"stale demo outputs, {r} (rerun: snakemake {' '.join(DEMO_RUN)} with its default triggers, then make lock)"
+            for r in stale_reasons(text)]
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rtol", type=float, default=0.0,
@@ -135,8 +170,10 @@ def main(argv=None) -> int:
                          "every x86-64 CPU with AVX2; docs/reproducibility.md)")
     ap.add_argument("--ref", default="HEAD", help="the commit holding the baseline (default %(default)s)")
     ap.add_argument("--no-lock", action="store_true", help="skip the dvc.lock check")
+    ap.add_argument("--no-stale", action="store_true", help="skip the dry run for stale outputs")
     args = ap.parse_args(argv)
     problems = compare_tracked(args.ref, args.rtol) + ([] if args.no_lock else compare_lock())
+    problems += [] if args.no_stale else stale_outputs()
     if problems:
         print(f"the committed baseline is not what this commit's demo produces ({len(problems)} difference(s)):")
         print("\n".join("  " + p for p in problems[:200]))
@@ -145,7 +182,7 @@ def main(argv=None) -> int:
         print("regenerate: make baseline, then commit results/metrics, results/plots, dvc.lock and docs/demo_results.md")
         return 1
     print(f"baseline: every tracked metric and plot table within rtol {args.rtol:g} of the committed one; "
-          "dvc.lock matches this commit's code and params")
+          "dvc.lock matches this commit's code and params; no demo job due for its params, code or environment")
     return 0
 
 
