@@ -38,9 +38,10 @@ test: $(STAMP)
 	$(BIN)/python -m pytest
 
 # the whole audits from a user's side (pyproject's e2e marker: the wheel in a fresh venv, dvc repro,
-# every input init accepts, a crash and rerun), minutes each; CI runs them after make test
+# every input init accepts, a crash and rerun), minutes each, and the slow checks (pyproject's slow marker:
+# reference comparisons, a bench's plumbing, a training that must learn); CI runs them after make test
 test-e2e: $(STAMP)
-	$(BIN)/python -m pytest -m e2e
+	$(BIN)/python -m pytest -m 'e2e or slow'
 
 privacy: $(STAMP)
 	$(BIN)/snakemake $(PROFILE) privacy_all

@@ -134,6 +134,7 @@ def test_bound_ratio_is_never_above_the_exact_one_with_an_exact_numerator():
     assert np.all(distance_ratio(upper, 20).ratio <= distance_ratio(exact, 20).ratio + 1e-15)
 
 
+@pytest.mark.slow
 def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
     from synthaudit_bench.alignment_scale import run_scale
 

@@ -56,6 +56,7 @@ def two_sets(tmp_path_factory):
     return root, paths
 
 
+@pytest.mark.slow
 def test_frd_equals_frd_score_on_the_same_volumes(two_sets):
     frd_score = _frd_score()
     root, paths = two_sets
@@ -143,6 +144,7 @@ def test_a_constant_volume_is_left_out_of_frd_with_its_name(tmp_path):
         R.extract_many(paths[:1])
 
 
+@pytest.mark.slow
 def test_frd_within_a_label_class_equals_frd_score_with_that_class_as_the_mask(two_sets, tmp_path):
     """FRD per label class (fidelity.frd_classes): each class's region of one label map is the mask, as
     frd-score computes FRD with a folder of masks; a class a volume lacks is NaN there (left out), and

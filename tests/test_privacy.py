@@ -189,6 +189,7 @@ def test_training_is_deterministic_for_a_seed():
     assert sum(r["best"] for r in h1) == 1 and all(r["seconds"] > 0 for r in h1)
 
 
+@pytest.mark.slow
 def test_training_learns_to_re_identify_unseen_patients():
     # 8 held-out patients (8 positive, 112 negative pairs). One training's AUC is a draw: over seeds
     # 0-9 (one thread, 2026-11-27) it was 0.67-0.96 with portable numerics and 0.71-0.96 native, so

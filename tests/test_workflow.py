@@ -163,6 +163,7 @@ def test_invalid_params_are_refused_before_any_job(tmp_path):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.slow
 def test_n_larger_than_training_set_is_clamped_with_a_warning(tmp_path):
     wd, _ = _user_dataset(tmp_path, "manifest")
     p = __import__("yaml").safe_load((wd / "params.yaml").read_text())
@@ -345,6 +346,7 @@ def test_demo_profile_is_the_default_plus_threads_of_existing_rules(root):
     assert set(threads) <= rules, sorted(set(threads) - rules)
 
 
+@pytest.mark.slow
 def test_cheap_per_volume_steps_run_as_one_job_per_dataset(root):
     """Simulating a demo patient or spiking a volume takes a fraction of a second, less than a
     job's start (Python, NumPy, nibabel, SciPy): the demo's DAG has one such job per dataset,
