@@ -70,3 +70,22 @@ def test_a_dry_run_with_jobs_due_names_them_by_reason_and_one_with_nothing_to_do
                                "and up to date).\n") == []
     # a form it cannot parse still fails, with the text
     assert check.stale_reasons("Job stats:\njob count\nall 1\n")[0].startswith("the dry run would run jobs")
+
+
+def test_the_dry_run_asks_only_for_the_targets_that_were_run(monkeypatch):
+    """CI's make demo-check runs the demo without its feature-level study (--targets all): asking the
+    dry run for feature_study_all too would name the study's jobs, due for their missing outputs."""
+    asked = []
+
+    class Done:
+        returncode, stdout, stderr = 0, "Nothing to be done (all requested files are present and up to date).\n", ""
+
+    def run(cmd, **kwargs):
+        asked.append(cmd)
+        return Done()
+
+    monkeypatch.setattr(check.subprocess, "run", run)
+    assert check.stale_outputs(("all",)) == []
+    assert asked[-1][-2:] == ["--", "all"]
+    assert check.stale_outputs() == []
+    assert asked[-1][-3:] == ["--", "all", "feature_study_all"]
