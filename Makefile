@@ -67,8 +67,8 @@ real-anatomy: $(STAMP)
 	bench/real_anatomy/run.sh audit
 
 # The tiny audit through a real one-node SLURM cluster on this machine (needs root: tests/slurm/up.sh
-# installs Debian's slurm-wlm and munge and starts them): identical to a local run, a failed job
-# resubmitted, a killed master rerun (tests/test_slurm.py)
+# installs Debian's slurm-wlm and munge and starts them): a failed job resubmitted, then the master
+# killed and the run finished after --unlock, identical to a local run (tests/test_slurm.py)
 test-slurm: $(STAMP)
 	tests/slurm/up.sh
 	$(MAKE) test-slurm-run
