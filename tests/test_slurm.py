@@ -3,9 +3,9 @@ resubmitted (the profile's ``retries``), then the master killed mid-run and the 
 ``--unlock``, with results identical to a local run. One SLURM run for both: each costs minutes.
 
 Why a real cluster: the SLURM profile is what users on HPC run, and what it asks of sbatch
-(partitions, GPUs, threads, memory, log folders) is only checked by a scheduler. These tests need
+(partitions, GPUs, threads, memory, log folders) is only checked by a scheduler. The test needs
 one: ``tests/slurm/up.sh`` (root) brings up slurm-wlm on this machine; ``make test-slurm`` does
-both. Without ``sinfo`` answering they are skipped, and ``make test`` deselects them (marker).
+both. Without ``sinfo`` answering it is skipped, and ``make test`` deselects it (marker).
 """
 
 from __future__ import annotations
