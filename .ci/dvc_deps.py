@@ -21,6 +21,7 @@ LIB = ROOT / "src" / "synthaudit"
 RUN_BY = {"feature_study": "feature_study", "feature_study_table": "feature_study", "generator_sweep": "figures",
           "ldm_losses": "figures"}
 PLAN_FILES = [ROOT / "workflow/rules/common.smk"]  # parsed by every stage's Snakemake run
+MODULE_NAME = re.compile(r"synthaudit(\.[A-Za-z_]\w*)+")  # a string naming one of the library's modules
 SCHEMA = "workflow/schemas/params.schema.yaml"  # every parameter's default (synthaudit.config.fill_defaults)
 
 
@@ -38,7 +39,8 @@ def _candidates(base: Path, parts: list[str]) -> list[Path]:
 
 def library_files(path: Path, seen: set[Path]) -> None:
     """Every synthaudit module ``path`` imports, transitively (module-level and inside functions;
-    a package's __init__ too, which Python runs first)."""
+    a package's __init__ too, which Python runs first; a module named in a string, which importlib
+    loads later)."""
     if path in seen:
         return
     seen.add(path)
@@ -67,6 +69,9 @@ def library_files(path: Path, seen: set[Path]) -> None:
             found += _candidates(base, mod)
             for a in node.names:
                 found += _candidates(base, mod + [a.name])
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
+            # a module named in a string and imported when first needed (the extractor registry's built-ins)
+            found += _candidates(LIB, node.value.split(".")[1:])
         for f in found:
             # the packages above a module run first
             p = f.parent

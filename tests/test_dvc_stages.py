@@ -71,3 +71,6 @@ def test_code_deps_are_the_modules_each_stage_imports_file_by_file():
     assert all("workflow/schemas/params.schema.yaml" in spec["deps"] for spec in DVC["stages"].values())
     assert "src/synthaudit/privacy/metrics.py" in DVC["stages"]["privacy"]["deps"]
     assert "src/synthaudit/privacy/metrics.py" not in DVC["stages"]["relict"]["deps"]
+    # the extractors the registry imports by name (features.extractors._BUILTIN_MODULES), not by an import line
+    for module in ("src/synthaudit/features/i3resnet.py", "src/synthaudit/features/medicalnet.py"):
+        assert module in DVC["stages"]["feature_study"]["deps"] and module in DVC["stages"]["relict"]["deps"]

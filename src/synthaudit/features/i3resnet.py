@@ -100,6 +100,39 @@ CHECKPOINT_PREFIXES = ("visual_encoder.model.encode_image.i3_resnet.", "encode_i
 TRAIN_MOMENTS = {"astra": (0.365, 0.33), "merlin": (0.295, 0.21)}
 
 
+# torch's rule for a CPU float32 convolution (ConvParams::use_mkldnn): a batch of one whose N * C * D * H is at
+# most this, with a kernel at most 3 wide in its last two axes, runs its unvectorised im2col path, not oneDNN
+TORCH_SLOW_PATH_BELOW = 20480
+
+
+def _onednn_usable() -> bool:
+    return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
+
+
+class OneDnnConv3d(nn.Conv3d):
+    """A ``Conv3d`` that takes oneDNN's kernels for every CPU float32 inference.
+
+    Why: torch sends a batch of one to its unvectorised im2col convolution ("slow_conv3d") wherever
+    N * C * D * H of the input is at most 20,480 and the kernel is at most 3 wide in-plane, a rule
+    tuned for small 2D images (:data:`TORCH_SLOW_PATH_BELOW`). In this network that is most convolutions
+    of ``layer3`` and ``layer4`` on grids below about 100 voxels a side: at 85^3 they took 69 % of a
+    volume's time (torch's profiler), and the encoder ran about 2x slower alone than in a batch of two
+    (``bench/features/encoder_cost.py``). oneDNN's kernels are those torch takes for larger maps and
+    batches; with them a volume's embedding is the same bits alone or in any batch, and under the
+    portable numerics on every x86-64 CPU (``ONEDNN_MAX_CPU_ISA``, synthaudit.numerics). Anything else (CUDA, autograd,
+    other dtypes, a build without oneDNN) keeps torch's own choice.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if (x.device.type == "cpu" and x.dtype == torch.float32 and x.layout == torch.strided
+                and not torch.is_grad_enabled() and self.padding_mode == "zeros"
+                and isinstance(self.padding, tuple) and _onednn_usable()):
+            x = x if x.is_contiguous(memory_format=torch.channels_last_3d) else x.contiguous()
+            return torch.mkldnn_convolution(x, self.weight, self.bias, self.padding, self.stride, self.dilation,
+                                            self.groups)
+        return super().forward(x)
+
+
 class Bottleneck3d(nn.Module):
     """ResNet bottleneck (1x1x1 -> 3x3x3 with the stride -> 1x1x1), inflated to 3D."""
 
@@ -108,17 +141,17 @@ class Bottleneck3d(nn.Module):
     def __init__(self, in_channels: int, width: int, stride: int):
         super().__init__()
         out_channels = width * self.expansion
-        self.conv1 = nn.Conv3d(in_channels, width, 1, bias=False)
+        self.conv1 = OneDnnConv3d(in_channels, width, 1, bias=False)
         self.bn1 = nn.BatchNorm3d(width)
-        self.conv2 = nn.Conv3d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.conv2 = OneDnnConv3d(width, width, 3, stride=stride, padding=1, bias=False)
         self.bn2 = nn.BatchNorm3d(width)
-        self.conv3 = nn.Conv3d(width, out_channels, 1, bias=False)
+        self.conv3 = OneDnnConv3d(width, out_channels, 1, bias=False)
         self.bn3 = nn.BatchNorm3d(out_channels)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = None
         if stride != 1 or in_channels != out_channels:
             self.downsample = nn.Sequential(
-                nn.Conv3d(in_channels, out_channels, 1, stride=stride, bias=False),
+                OneDnnConv3d(in_channels, out_channels, 1, stride=stride, bias=False),
                 nn.BatchNorm3d(out_channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -138,7 +171,7 @@ class InflatedResNet152(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.conv1 = nn.Conv3d(3, 64, kernel_size=(3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3),
+        self.conv1 = OneDnnConv3d(3, 64, kernel_size=(3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3),
                                bias=False)
         self.bn1 = nn.BatchNorm3d(64)
         self.relu = nn.ReLU(inplace=True)
