@@ -495,14 +495,14 @@ def _ops(fn) -> set[str]:
 def test_onednn_conv3d_takes_onednn_where_torch_would_take_its_slow_path():
     """A batch of one with a small map: torch's own rule picks the unvectorised im2col convolution,
     OneDnnConv3d oneDNN's kernels (those of a batch of two: the same bits alone or in a batch)."""
-    from synthaudit.features.i3resnet import TORCH_SLOW_PATH_BELOW, OneDnnConv3d
+    from synthaudit.features.i3resnet import TORCH_SLOW_PATH_MAX, OneDnnConv3d
 
     torch.manual_seed(0)
     conv = OneDnnConv3d(256, 256, 3, padding=1, bias=False).eval()
     plain = torch.nn.Conv3d(256, 256, 3, padding=1, bias=False).eval()
     plain.load_state_dict(conv.state_dict())
     x = torch.randn(2, 256, 11, 6, 6)  # layer3 of the I3D ResNet at 85^3
-    assert 1 * 256 * 11 * 6 <= TORCH_SLOW_PATH_BELOW < 2 * 256 * 11 * 6
+    assert 1 * 256 * 11 * 6 <= TORCH_SLOW_PATH_MAX < 2 * 256 * 11 * 6
     with torch.inference_mode():
         assert "aten::slow_conv3d_forward" in _ops(lambda: plain(x[:1])), "torch's rule changed: see OneDnnConv3d"
         assert "aten::slow_conv3d_forward" not in _ops(lambda: conv(x[:1]))

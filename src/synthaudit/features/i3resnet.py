@@ -102,7 +102,7 @@ TRAIN_MOMENTS = {"astra": (0.365, 0.33), "merlin": (0.295, 0.21)}
 
 # torch's rule for a CPU float32 convolution (ConvParams::use_mkldnn): a batch of one whose N * C * D * H is at
 # most this, with a kernel at most 3 wide in its last two axes, runs its unvectorised im2col path, not oneDNN
-TORCH_SLOW_PATH_BELOW = 20480
+TORCH_SLOW_PATH_MAX = 20480
 
 
 def _onednn_usable() -> bool:
@@ -114,7 +114,7 @@ class OneDnnConv3d(nn.Conv3d):
 
     Why: torch sends a batch of one to its unvectorised im2col convolution ("slow_conv3d") wherever
     N * C * D * H of the input is at most 20,480 and the kernel is at most 3 wide in-plane, a rule
-    tuned for small 2D images (:data:`TORCH_SLOW_PATH_BELOW`). In this network that is most convolutions
+    tuned for small 2D images (:data:`TORCH_SLOW_PATH_MAX`). In this network that is most convolutions
     of ``layer3`` and ``layer4`` on grids below about 100 voxels a side: at 85^3 they took 69 % of a
     volume's time (torch's profiler), and the encoder ran about 2x slower alone than in a batch of two
     (``bench/features/encoder_cost.py``). oneDNN's kernels are those torch takes for larger maps and
@@ -171,8 +171,7 @@ class InflatedResNet152(nn.Module):
 
     def __init__(self):
         super().__init__()
-        self.conv1 = OneDnnConv3d(3, 64, kernel_size=(3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3),
-                               bias=False)
+        self.conv1 = OneDnnConv3d(3, 64, kernel_size=(3, 7, 7), stride=(1, 2, 2), padding=(1, 3, 3), bias=False)
         self.bn1 = nn.BatchNorm3d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool3d(kernel_size=3, stride=2, padding=1)
