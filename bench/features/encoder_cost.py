@@ -123,7 +123,8 @@ def main(argv=None) -> int:
         row, ref = {}, None
         for vname, (model, cl, fold, batch) in variants.items():
             x = inner.to_input(np.stack([v] * batch))
-            model = model.to(memory_format=torch.channels_last_3d) if cl else model
+            # a copy: Module.to converts in place, which left the workflow's network channels-last for the next grids
+            model = copy.deepcopy(model).to(memory_format=torch.channels_last_3d) if cl else model
             inp = x[:, :1].contiguous() if fold else x.contiguous()
             if cl:
                 inp = inp.contiguous(memory_format=torch.channels_last_3d)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT / "bench"), str(Path(__file__).parent)]  # doc_table; encoder_cost.torch_default
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
 RESULT = "results/bench/extraction_job.json"
@@ -68,9 +68,10 @@ def extract(paths: list[Path], conv: str, threads: int, batch_size: int) -> tupl
     t0 = time.perf_counter()
     extractor = extractor_from_config(CONFIG, device="cpu")
     if conv == "torch_default":
-        for module in getattr(extractor, "inner", extractor).model.modules():
-            if isinstance(module, torch.nn.Conv3d):
-                module.__class__ = torch.nn.Conv3d
+        from encoder_cost import torch_default
+
+        encoder = getattr(extractor, "inner", extractor)
+        encoder.model = torch_default(encoder.model)
     loaded = time.perf_counter()
     emb = extractor.embed_many((load_volume(p)[0] for p in paths), batch_size=batch_size)
     done = time.perf_counter()
