@@ -98,10 +98,9 @@ def shift_ssd(a: np.ndarray, t: np.ndarray, shifts: Sequence[Sequence[int]], thr
 
 
 @njit(cache=True, inline="always")
-def _axis_row(src, dst, n, i0, wa, wb, lo, hi):  # pragma: no cover - compiled
-    """One axis of :func:`_linear_shift` along a row: dst[x] = wa src[x - i0] (+) wb src[x - i0 - 1],
-    terms whose source leaves [0, n) left out (a zero weight too), 0 outside [lo, hi)."""
-    for x in range(n):
+def _axis_tested(src, dst, n, i0, wa, wb, lo, hi, start, stop):  # pragma: no cover - compiled
+    """:func:`_axis_row` for x in [start, stop), each term's source tested."""
+    for x in range(start, stop):
         r = np.float32(0.0)
         if lo <= x < hi:
             xa = x - i0
@@ -114,17 +113,49 @@ def _axis_row(src, dst, n, i0, wa, wb, lo, hi):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
+def _axis_row(src, dst, n, i0, wa, wb, lo, hi):  # pragma: no cover - compiled
+    """One axis of :func:`_linear_shift` along a row: dst[x] = wa src[x - i0] (+) wb src[x - i0 - 1],
+    terms whose source leaves [0, n) left out (a zero weight too), 0 outside [lo, hi).
+
+    Where every term's source is inside ([x0, x1)), one loop over slices indexed from 0 (vectorised:
+    no test per voxel; the same products and sum in the same order); the ends tested voxel by voxel."""
+    x0 = max(lo, i0 + (1 if wb != 0 else 0), 0)
+    x1 = min(hi, n + i0, n)
+    if wa == 0 or x0 >= x1:
+        _axis_tested(src, dst, n, i0, wa, wb, lo, hi, 0, n)
+        return
+    _axis_tested(src, dst, n, i0, wa, wb, lo, hi, 0, x0)
+    ua = src[x0 - i0:x1 - i0]
+    out = dst[x0:x1]
+    if wb != 0:
+        ub = src[x0 - i0 - 1:x1 - i0 - 1]
+        for k in range(x1 - x0):
+            out[k] = wa * ua[k] + wb * ub[k]
+    else:
+        for k in range(x1 - x0):
+            out[k] = wa * ua[k]
+    _axis_tested(src, dst, n, i0, wa, wb, lo, hi, x1, n)
+
+
+@njit(cache=True, inline="always")
 def _combine(u, v, out, n, wa, wb, ok_a, ok_b, keep):  # pragma: no cover - compiled
     """out = wa u (+) wb v elementwise (terms with a zero weight or a source outside the grid
-    left out), or 0 when the output row itself is outside the kept range."""
-    for x in range(n):
-        r = np.float32(0.0)
-        if keep:
-            if wa != 0 and ok_a:
-                r = wa * u[x]
-            if wb != 0 and ok_b:
-                r = r + wb * v[x]
-        out[x] = r
+    left out), or 0 when the output row itself is outside the kept range: one branch-free loop
+    per case (vectorised), the same products and sum in the same order."""
+    use_a = keep and wa != 0 and ok_a
+    use_b = keep and wb != 0 and ok_b
+    if use_a and use_b:
+        for x in range(n):
+            out[x] = wa * u[x] + wb * v[x]
+    elif use_a:
+        for x in range(n):
+            out[x] = wa * u[x]
+    elif use_b:
+        for x in range(n):
+            out[x] = np.float32(0.0) + wb * v[x]
+    else:
+        for x in range(n):
+            out[x] = np.float32(0.0)
 
 
 @njit(fastmath=FASTMATH, cache=True, nogil=True)
@@ -140,15 +171,18 @@ def _row_errors(row, t_row):  # pragma: no cover - compiled
 
 
 @njit(cache=True, inline="always")
-def _shifted_row(a, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, r2):  # pragma: no cover
+def _shifted_row(a, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, r2,
+                 reuse=False):  # pragma: no cover
     """Row (x0, x1) of ``a`` shifted as :func:`~synthaudit.relict.alignment._linear_shift` (axis 0, then 1,
-    then 2, float32), into ``r2`` (``r00``, ``r01``, ``r1``: scratch rows)."""
+    then 2, float32), into ``r2`` (``r00``, ``r01``, ``r1``: scratch rows). ``reuse``: ``r01`` already
+    holds the axis-0 row at y = x1 - i1 - 1 (the caller's ``r00`` of row x1 - 1, swapped in), so each
+    axis-0 row is computed once along a plane, not twice."""
     n0, n1, n2 = a.shape
     # axis 1 needs the axis-0 result at rows y = x1 - i1 and x1 - i1 - 1
     for which in range(2):
         y = x1 - ints[1] - which if moved[1] else x1
         dst = r00 if which == 0 else r01
-        if y < 0 or y >= n1:
+        if y < 0 or y >= n1 or (which == 1 and reuse):
             continue
         if moved[0]:
             _combine(a[x0 - ints[0] if a_ok else 0, y], a[x0 - ints[0] - 1 if b_ok else 0, y], dst, n2,
@@ -187,7 +221,9 @@ def _shifted_error_planes(a, t, ints, was, wbs, los, his, moved, abs_out, sq_out
         pa = 0.0
         pq = 0.0
         for x1 in range(n1):
-            _shifted_row(a, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, r2)
+            if x1 > 0:  # row x1 - 1's axis-0 row at y is this row's at y - 1
+                r00, r01 = r01, r00
+            _shifted_row(a, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, r2, x1 > 0)
             ra, rq = _row_errors(r2, t[x0, x1])
             pa += ra
             pq += rq
@@ -219,6 +255,8 @@ def _masked_error_planes(a, o, t, ints, was, wbs, los, his, moved, level, abs_ou
         r1 = np.empty(n2, np.float32)
         r2 = np.empty(n2, np.float32)
         m2 = np.empty(n2, np.float32)
+        o00 = np.empty(n2, np.float32)  # the ones-volume's axis-0 rows
+        o01 = np.empty(n2, np.float32)
         keep0 = los[0] <= x0 < his[0]
         a_ok = 0 <= x0 - ints[0] < n0
         b_ok = 0 <= x0 - ints[0] - 1 < n0
@@ -226,8 +264,11 @@ def _masked_error_planes(a, o, t, ints, was, wbs, los, his, moved, level, abs_ou
         pq = 0.0
         pn = 0
         for x1 in range(n1):
-            _shifted_row(o, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, m2)
-            _shifted_row(a, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, r2)
+            if x1 > 0:  # as in _shifted_error_planes, for each of the two volumes
+                r00, r01 = r01, r00
+                o00, o01 = o01, o00
+            _shifted_row(o, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, o00, o01, r1, m2, x1 > 0)
+            _shifted_row(a, x0, x1, ints, was, wbs, los, his, moved, a_ok, b_ok, keep0, r00, r01, r1, r2, x1 > 0)
             ra, rq, c = _row_errors_where(r2, m2, t[x0, x1], level)
             pa += ra
             pq += rq
