@@ -104,7 +104,8 @@ def markdown(res: dict) -> str:
 def doc(write: bool) -> int:
     rc = 0
     for _, result, markers, _ in ENCODERS.values():
-        rc = max(rc, doc_table.doc(PAGE, result, markers, markdown, write, "bench/features/encoder_cost.py doc --write"))
+        rc = max(rc, doc_table.doc(PAGE, result, markers, markdown, write,
+                                   "bench/features/encoder_cost.py doc --write"))
     return rc
 
 
@@ -139,7 +140,8 @@ def main(argv=None) -> int:
     variants = {name: variants[name] for name in timed}
     from synthaudit.numerics import provenance
 
-    out = {"encoder": args.encoder, "machine": machine(), "threads": args.threads, "torch": torch.__version__, **provenance(), "grids": {}}
+    out = {"encoder": args.encoder, "machine": machine(), "threads": args.threads, "torch": torch.__version__,
+           **provenance(), "grids": {}}
     rng = np.random.default_rng(0)
     for name in args.grids.split(","):
         shape = GRIDS[name]

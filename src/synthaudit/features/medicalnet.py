@@ -85,7 +85,7 @@ STAGES = ((64, 1, 1), (128, 2, 1), (256, 1, 2), (512, 1, 4))
 
 def _conv3(in_planes: int, out_planes: int, stride: int = 1, dilation: int = 1) -> nn.Conv3d:
     return OneDnnConv3d(in_planes, out_planes, kernel_size=3, stride=stride, padding=dilation,
-                     dilation=dilation, bias=False)
+                        dilation=dilation, bias=False)
 
 
 class ShortcutA(nn.Module):
