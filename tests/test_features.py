@@ -518,14 +518,13 @@ def test_onednn_conv3d_takes_onednn_for_medicalnets_dilated_and_single_thread_co
     layer3's dilated 3x3x3 convolution (an 8 x 10 x 8 map) to its im2col path, and every 1x1x1 convolution
     too; OneDnnConv3d takes oneDNN's kernels for both (the same bits alone or in a batch)."""
     from synthaudit.features.conv import OneDnnConv3d
+    from synthaudit.relict.image_measures import _torch_threads
 
     torch.manual_seed(0)
     cases = [(OneDnnConv3d(256, 256, 3, padding=2, dilation=2, bias=False), torch.randn(2, 256, 8, 10, 8),
               "aten::slow_conv_dilated3d"),
              (OneDnnConv3d(64, 64, 1, bias=False), torch.randn(2, 64, 16, 19, 16), "aten::slow_conv3d_forward")]
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _torch_threads(1):
         for conv, x, slow in cases:
             conv.eval()
             plain = torch.nn.Conv3d(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
@@ -537,8 +536,6 @@ def test_onednn_conv3d_takes_onednn_for_medicalnets_dilated_and_single_thread_co
                 alone, pair, plain_alone = conv(x[:1]), conv(x), plain(x[:1])
             torch.testing.assert_close(alone, pair[:1], rtol=0, atol=0)
             torch.testing.assert_close(alone, plain_alone, rtol=1e-5, atol=1e-5)
-    finally:
-        torch.set_num_threads(threads)
 
 
 def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or_in_a_batch():
@@ -547,6 +544,7 @@ def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or
     from synthaudit.features import get_extractor
     from synthaudit.features.conv import OneDnnConv3d
     from synthaudit.features.medicalnet import MedicalNetResNet
+    from synthaudit.relict.image_measures import _torch_threads
 
     with torch.device("meta"):
         net = MedicalNetResNet(50)
@@ -555,13 +553,9 @@ def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or
     assert "layer3.0.conv2.weight" in net.state_dict() and "layer1.0.downsample.0.weight" in net.state_dict()
     ex = get_extractor("medicalnet_resnet50", seed=0)
     v = np.random.default_rng(0).random((2, 29, 33, 27), np.float32)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with _torch_threads(1):
         pair = ex.embed_many(v, batch_size=2)
         alone = ex.embed_many(v[:1], batch_size=1)
-    finally:
-        torch.set_num_threads(threads)
     np.testing.assert_array_equal(alone[0], pair[0])
 
 
@@ -745,10 +739,10 @@ def test_the_encoder_benches_tables_in_benchmarks_md_are_their_committed_results
     assert (result["volumes"], result["shape"], result["spacing_mm"]) == (130, [85, 85, 85], 1.5)
     assert result["config"]["extractor"] == "astra_resnet152" and result["threads"] == 2
     assert result["speedup"] >= 2.0 and result["max_rel_diff"] < 1e-6
-    for _, path, _, variants in cost.ENCODERS.values():
-        res = json.loads((ROOT / path).read_text())
-        assert all(row[v]["max_rel_diff"] < 1e-6 for row in res["grids"].values() for v in variants), path
+    for enc in cost.ENCODERS.values():
+        res = json.loads((ROOT / enc.result).read_text())
+        assert all(row[v]["max_rel_diff"] < 1e-6 for row in res["grids"].values() for v in enc.variants), enc.result
     # MedicalNet on the demo's grid under the demo profile's one thread: the embed rule's case
-    medicalnet = json.loads((ROOT / cost.ENCODERS["medicalnet"][1]).read_text())
+    medicalnet = json.loads((ROOT / cost.ENCODERS["medicalnet"].result).read_text())
     assert medicalnet["encoder"] == "medicalnet" and medicalnet["threads"] == 1
     assert medicalnet["grids"]["61x73x61 at 3 mm"]["speedup_over_torch_default"] >= 2.0

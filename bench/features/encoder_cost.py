@@ -36,6 +36,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import synthaudit  # noqa: F401  first: portable numerics before numpy and torch load
 import numpy as np
@@ -46,19 +47,28 @@ sys.path.insert(0, str(ROOT / "bench"))
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
 PAGE = "docs/benchmarks.md"
-# encoder: (extractor configuration, the JSON, the docs table's markers, the paths timed)
+
+
+class Encoder(NamedTuple):
+    """A network this bench times: its extractor configuration, its JSON, its docs table's markers, its paths."""
+
+    config: dict
+    result: str
+    markers: tuple[str, str]
+    variants: tuple[str, ...]
+
+
 ENCODERS = {
-    "astra": ({"extractor": "astra_resnet152", "grid": 1, "smoothing_voxels": 0.0}, "results/bench/encoder_cost.json",
-              ("<!-- encoder_cost: bench/features/encoder_cost.py doc --write -->", "<!-- /encoder_cost -->"),
-              ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last", "stem_folded", "both")),
-    "medicalnet": ({"extractor": "medicalnet_resnet50", "seed": 0}, "results/bench/encoder_cost_medicalnet.json",
-                   ("<!-- encoder_cost_medicalnet: bench/features/encoder_cost.py doc --write -->",
-                    "<!-- /encoder_cost_medicalnet -->"),
-                   ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last")),
+    "astra": Encoder({"extractor": "astra_resnet152", "grid": 1, "smoothing_voxels": 0.0},
+                     "results/bench/encoder_cost.json",
+                     ("<!-- encoder_cost: bench/features/encoder_cost.py doc --write -->", "<!-- /encoder_cost -->"),
+                     ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last", "stem_folded",
+                      "both")),
+    "medicalnet": Encoder({"extractor": "medicalnet_resnet50", "seed": 0}, "results/bench/encoder_cost_medicalnet.json",
+                          ("<!-- encoder_cost_medicalnet: bench/features/encoder_cost.py doc --write -->",
+                           "<!-- /encoder_cost_medicalnet -->"),
+                          ("workflow", "torch_default", "batch2", "torch_default_batch2", "channels_last")),
 }
-RESULT = ENCODERS["astra"][1]
-MARKERS = ENCODERS["astra"][2]
-VARIANTS = ENCODERS["astra"][3]
 GRIDS = {"61x73x61 at 3 mm": (61, 73, 61), "85^3 at 1.5 mm": (85, 85, 85), "121x145x121 at 1.5 mm": (121, 145, 121),
          "182x218x182 at 1 mm": (182, 218, 182)}
 
@@ -87,7 +97,7 @@ def torch_default(model: torch.nn.Module) -> torch.nn.Module:
 
 def markdown(res: dict) -> str:
     """Seconds per volume of each path, and each path's largest relative difference from the workflow's."""
-    variants = ENCODERS[res.get("encoder", "astra")][3]
+    variants = ENCODERS[res.get("encoder", "astra")].variants
     lines = [f"{res['machine']}, {res['threads']} threads, torch {res['torch']}, numerics {res['numerics']}; "
              "seconds per volume (best of the runs), the largest difference from the workflow's embedding "
              "relative to its largest value in brackets:", "",
@@ -103,8 +113,8 @@ def markdown(res: dict) -> str:
 
 def doc(write: bool) -> int:
     rc = 0
-    for _, result, markers, _ in ENCODERS.values():
-        rc = max(rc, doc_table.doc(PAGE, result, markers, markdown, write,
+    for enc in ENCODERS.values():
+        rc = max(rc, doc_table.doc(PAGE, enc.result, enc.markers, markdown, write,
                                    "bench/features/encoder_cost.py doc --write"))
     return rc
 
@@ -121,13 +131,13 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=2)
     ap.add_argument("--grids", default=",".join(GRIDS))
     args = ap.parse_args(argv)
-    config, result, _, timed = ENCODERS[args.encoder]
-    args.out = args.out or ROOT / result
+    encoder = ENCODERS[args.encoder]
+    args.out = args.out or ROOT / encoder.result
     torch.set_num_threads(args.threads)
     from synthaudit.features import extractor_from_config
     from synthaudit.workspace.timing import machine
 
-    ex = extractor_from_config(config, device="cpu")
+    ex = extractor_from_config(encoder.config, device="cpu")
     inner = getattr(ex, "inner", ex)
     base = inner.model
     default = torch_default(base)
@@ -135,9 +145,9 @@ def main(argv=None) -> int:
     variants = {"workflow": (base, False, False, 1), "torch_default": (default, False, False, 1),
                 "torch_default_batch2": (default, False, False, 2), "batch2": (base, False, False, 2),
                 "channels_last": (base, True, False, 1)}
-    if "stem_folded" in timed:  # a stem of three input channels (the CT channel repeated)
+    if "stem_folded" in encoder.variants:  # a stem of three input channels (the CT channel repeated)
         variants.update(stem_folded=(folded_stem(base), False, True, 1), both=(folded_stem(base), True, True, 1))
-    variants = {name: variants[name] for name in timed}
+    variants = {name: variants[name] for name in encoder.variants}
     from synthaudit.numerics import provenance
 
     out = {"encoder": args.encoder, "machine": machine(), "threads": args.threads, "torch": torch.__version__,
