@@ -518,13 +518,13 @@ def test_onednn_conv3d_takes_onednn_for_medicalnets_dilated_and_single_thread_co
     layer3's dilated 3x3x3 convolution (an 8 x 10 x 8 map) to its im2col path, and every 1x1x1 convolution
     too; OneDnnConv3d takes oneDNN's kernels for both (the same bits alone or in a batch)."""
     from synthaudit.features.conv import OneDnnConv3d
-    from synthaudit.relict.image_measures import _torch_threads
+    from synthaudit.devices import torch_threads
 
     torch.manual_seed(0)
     cases = [(OneDnnConv3d(256, 256, 3, padding=2, dilation=2, bias=False), torch.randn(2, 256, 8, 10, 8),
               "aten::slow_conv_dilated3d"),
              (OneDnnConv3d(64, 64, 1, bias=False), torch.randn(2, 64, 16, 19, 16), "aten::slow_conv3d_forward")]
-    with _torch_threads(1):
+    with torch_threads(1):
         for conv, x, slow in cases:
             conv.eval()
             plain = torch.nn.Conv3d(conv.in_channels, conv.out_channels, conv.kernel_size, padding=conv.padding,
@@ -544,7 +544,7 @@ def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or
     from synthaudit.features import get_extractor
     from synthaudit.features.conv import OneDnnConv3d
     from synthaudit.features.medicalnet import MedicalNetResNet
-    from synthaudit.relict.image_measures import _torch_threads
+    from synthaudit.devices import torch_threads
 
     with torch.device("meta"):
         net = MedicalNetResNet(50)
@@ -553,7 +553,7 @@ def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or
     assert "layer3.0.conv2.weight" in net.state_dict() and "layer1.0.downsample.0.weight" in net.state_dict()
     ex = get_extractor("medicalnet_resnet50", seed=0)
     v = np.random.default_rng(0).random((2, 29, 33, 27), np.float32)
-    with _torch_threads(1):
+    with torch_threads(1):
         pair = ex.embed_many(v, batch_size=2)
         alone = ex.embed_many(v[:1], batch_size=1)
     np.testing.assert_array_equal(alone[0], pair[0])

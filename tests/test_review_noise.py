@@ -41,3 +41,48 @@ def test_the_command_reads_a_saved_diff(tmp_path, capsys):
     assert "privacy.json  ncct_demo.image.verification_auc: 0.9 -> 0.91 (0.01): seed noise (within 2 SD of filters)" in out
     assert "1 changed: 0 real or beyond seed noise, 1 within seed noise" in out
     assert noise.main(["--spread", str(tmp_path / "missing.json")]) == 2
+
+
+def test_seed_spread_merge_redoes_the_named_estimate_and_keeps_the_others(tmp_path):
+    """``seed_spread --merge``: after a change that moves one model's metrics (the CVAE's, when the encoder
+    changed), only that model's seeds rerun; the other models' spreads stay, and a file made with another
+    seed count or numerics is refused rather than mixed."""
+    import sys
+
+    import pytest
+    import yaml
+    from workflow_helpers import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    from synthaudit import numerics
+    from synthaudit_bench import seed_spread
+
+    source = tmp_path / "demo"
+    (source / "results" / "metrics").mkdir(parents=True)
+    params = {"anonymise": {"seeds": [0, 1, 2]}}
+    (source / "params.yaml").write_text(yaml.safe_dump(params))
+    (source / "results/metrics/anonymise.json").write_text(json.dumps({"ncct_demo": {"auc": 0.354, "n": 3}}))
+    work = tmp_path / "work"
+    for i, seed in enumerate(range(3)):  # finished runs of each seed (done.json): nothing to run
+        run = work / f"cvae-s{seed}"
+        run.mkdir(parents=True)
+        (run / "params.yaml").write_text(yaml.safe_dump({"anonymise": {"seeds": [seed]}}))
+        (run / "done.json").write_text(json.dumps({"anonymise.json": {"ncct_demo.auc": 0.3 + 0.1 * i,
+                                                                      "ncct_demo.n": 3.0}}))
+    out = tmp_path / "spread.json"
+    earlier = {"seeds": 3, "numerics": numerics.provenance(), "elapsed_s": 99.0,
+               "estimates": {"unet": SPREAD["estimates"]["unet"], "cvae": {"metrics": {"anonymise.json": {}}}}}
+    out.write_text(json.dumps(earlier))
+    argv = ["--source", str(source), "--seeds", "3", "--estimates", "cvae", "--work", str(work), "--out", str(out),
+            "--finished-only"]
+    assert seed_spread.main(argv + ["--merge"]) == 0
+    got = json.loads(out.read_text())
+    assert got["estimates"]["unet"] == SPREAD["estimates"]["unet"]
+    assert got["kept_from"] == {"estimates": ["unet"], "elapsed_s": 99.0}
+    auc = got["estimates"]["cvae"]["metrics"]["anonymise.json"]["ncct_demo.auc"]
+    assert auc["demo"] == 0.354 and auc["min"] == pytest.approx(0.3) and auc["max"] == pytest.approx(0.5)
+    assert "ncct_demo.n" not in got["estimates"]["cvae"]["metrics"]["anonymise.json"]  # the same in every seed
+    assert seed_spread.main(argv) == 0 and set(json.loads(out.read_text())["estimates"]) == {"cvae"}  # no merge
+    out.write_text(json.dumps(earlier | {"seeds": 5}))
+    with pytest.raises(SystemExit, match="5 seeds"):
+        seed_spread.main(argv + ["--merge"])

@@ -151,6 +151,9 @@ def main(argv=None) -> int:
     ap.add_argument("--estimates", default=",".join(ESTIMATES), help="comma-separated subset of %(default)s")
     ap.add_argument("--work", type=Path, default=ROOT / "results" / "bench" / "seed_spread")
     ap.add_argument("--out", type=Path, default=ROOT / "results" / "bench" / "seed_spread.json")
+    ap.add_argument("--merge", action="store_true",
+                    help="keep the estimates of an existing --out that this run does not redo (after a change that "
+                         "moves only some models' metrics: their upstream results must be the demo's of today)")
     ap.add_argument("--finished-only", action="store_true",
                     help="summarise only the estimates whose seeds have all finished (done.json); run nothing")
     args = ap.parse_args(argv)
@@ -159,13 +162,23 @@ def main(argv=None) -> int:
     base = yaml.safe_load((args.source / "params.yaml").read_text())
     demo = {p.name: flatten(json.loads(p.read_text())) for p in (args.source / "results" / "metrics").glob("*.json")}
     result = {"seeds": args.seeds, "numerics": numerics.provenance(), "estimates": {}}
+    named = args.estimates.split(",")
+    if args.merge and args.out.is_file():
+        before = json.loads(args.out.read_text())
+        if (before["seeds"], before["numerics"]) != (result["seeds"], result["numerics"]):
+            raise SystemExit(f"--merge: {args.out} has {before['seeds']} seeds under {before['numerics']}, this run "
+                             f"{result['seeds']} under {result['numerics']}: rerun every estimate instead")
+        result["estimates"] = {k: v for k, v in before["estimates"].items() if k not in named}
+        if result["estimates"]:  # which ran when: an estimate without "made" is from the earlier run
+            result["kept_from"] = {"estimates": sorted(result["estimates"]), "elapsed_s": before["elapsed_s"]}
     started = time.monotonic()
 
     def log(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    for estimate in args.estimates.split(","):
+    for estimate in named:
         spec = ESTIMATES[estimate]
+        estimate_started = time.monotonic()
         default = _get(base, spec["path"])
         first = int(default[0] if isinstance(default, list) else default)
         seeds = [first + i for i in range(args.seeds)]
@@ -180,7 +193,9 @@ def main(argv=None) -> int:
             log(f"{estimate}: {sum(r is None for r in runs)} of {len(seeds)} seeds not finished, left out")
             continue
         result["estimates"][estimate] = {"param": ".".join(spec["path"]), "default": default, "seeds": seeds,
-                                         "rule_rerun": spec["rule"], "metrics": spread(runs, demo)}
+                                         "rule_rerun": spec["rule"], "metrics": spread(runs, demo),
+                                         "made": time.strftime("%Y-%m-%d"),
+                                         "elapsed_s": round(time.monotonic() - estimate_started, 1)}
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")

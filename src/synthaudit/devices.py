@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 # Device nodes a CUDA (NVIDIA) or ROCm (AMD) GPU needs inside any machine or container.
@@ -43,6 +45,25 @@ def resolve_device(device: Any = "auto"):
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("device 'cuda' requested but CUDA is not available")
     return dev
+
+
+@contextlib.contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Use ``threads`` CPU threads inside the block (None: leave torch's setting), then restore it.
+
+    Why a context: torch's thread count is process-wide, and a job, ``init``'s timing and the tests
+    each set it for one block of work."""
+    if threads is None:
+        yield
+        return
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(threads)))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
 
 
 def describe(device: Any = "auto") -> str:

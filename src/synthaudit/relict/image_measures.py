@@ -62,7 +62,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 import numpy as np
 
 from .. import numerics_torch, registry
-from ..devices import device_type, resolve_device
+from ..devices import device_type, resolve_device, torch_threads
 from . import kernels
 from .lazy_torch import LazyTorch
 from .ssim_engine import _SSIM, _Workspace, _shift_of  # noqa: F401  (_shift_of: callers had it from here)
@@ -285,7 +285,7 @@ def _fused_all_pairs(synthetic: np.ndarray, training, wanted: Sequence[str], *, 
     if backend == "triton" and why_not:
         raise ValueError(f"backend 'triton': {why_not}")
     fused = _KernelsOrTorch(backend == "triton" or (backend == "auto" and why_not is None), backend == "auto", dev)
-    with _torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
+    with torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode():
         ssim = None
         if "ssim" in wanted:
             ssim = _SSIM(shape, data_range=data_range, sigma=ssim_sigma, truncate=ssim_truncate,
@@ -371,7 +371,7 @@ def _cpu_all_pairs(synthetic: np.ndarray, training, wanted: list[str], *, data_r
     uses_torch = "ssim" in wanted
     with contextlib.ExitStack() as stack:
         if uses_torch:
-            for context in (_torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode()):
+            for context in (torch_threads(threads), _ieee_float32_matmul(), torch.inference_mode()):
                 stack.enter_context(context)
         stack.enter_context(kernels.kernel_threads(threads))
         ssim = syn_maps = None
@@ -470,20 +470,6 @@ def _length(training) -> int | None:
         return len(training)
     except TypeError:
         return None
-
-
-@contextlib.contextmanager
-def _torch_threads(threads: int | None) -> Iterator[None]:
-    """Use ``threads`` CPU threads inside the block; torch's setting is process-wide."""
-    if threads is None:
-        yield
-        return
-    previous = torch.get_num_threads()
-    torch.set_num_threads(max(1, int(threads)))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
 
 
 @contextlib.contextmanager

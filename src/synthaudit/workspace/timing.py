@@ -14,7 +14,6 @@ The estimate is for this machine: on a cluster, run init where the jobs run, or 
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -22,6 +21,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
+
+from ..devices import torch_threads
 
 THREADS = 2  # the default profile's threads per heavy job (workflow/profiles/default)
 
@@ -63,18 +64,6 @@ def machine() -> str:
     from ..numerics import cpu_model
 
     return f"{cpu_model()}, {os.cpu_count()} CPUs"
-
-
-@contextlib.contextmanager
-def _torch_threads(n: int):
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def _seconds(fn: Callable[[], object]) -> float:
@@ -154,7 +143,7 @@ def privacy_costs(vols: Sequence[np.ndarray], privacy_cfg: dict, threads: int = 
     ratio = float(privacy_cfg["training"]["negatives_per_positive"])
     dev = torch.device("cpu")
     config = network_config(privacy_cfg["network"], privacy_cfg["filter_objective"], x)
-    with _torch_threads(threads), deterministic(dev, 0):
+    with torch_threads(threads), deterministic(dev, 0):
         model = SiameseNetwork(config)
         opt = adam(model.parameters(), lr=float(privacy_cfg["training"]["learning_rate"]))
 
@@ -209,7 +198,7 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     t0 = time.perf_counter()
     load_volume(paths[-1])
     read = time.perf_counter() - t0
-    with _torch_threads(threads):
+    with torch_threads(threads):
         def image(n_syn: int, n_train: int) -> float:
             start = time.perf_counter()
             all_pairs_image_measures(np.stack(vols[:n_syn]), np.stack([vols[3 + k % 2] for k in range(n_train)]),
