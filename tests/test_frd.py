@@ -188,13 +188,14 @@ def test_frd_within_a_label_class_equals_frd_score_with_that_class_as_the_mask(t
 
 
 def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monkeypatch):
-    """The two hot spots synthaudit does once (bin edges without a Python loop over the voxels, one
-    discretisation per image shared by the five feature classes) change no bit of any feature, with
-    the whole-image mask and with a region's; the work is shared (13 discretisations where PyRadiomics
-    alone does 65), and PyRadiomics is left as shipped outside the extraction."""
+    """The three hot spots synthaudit makes cheaper (bin edges without a Python loop over the voxels, one
+    discretisation per image shared by the five feature classes, the GLSZM's empty zone sizes dropped
+    before its empty grey levels) change no bit of any feature, with the whole-image mask and with a
+    region's; the work is shared (13 discretisations where PyRadiomics alone does 65), the GLSZM of
+    each of the 13 images takes the new path, and PyRadiomics is left as shipped outside the extraction."""
     import contextlib
 
-    from radiomics import base, imageoperations
+    from radiomics import base, glszm, imageoperations
 
     _, paths = two_sets
     image = R._read(paths["b"][1])
@@ -203,7 +204,10 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
     region = np.zeros_like(whole)
     region[2:10, 3:11, 1:9] = 1
     shipped_edges, shipped_binning = imageoperations.getBinEdges, base.RadiomicsFeaturesBase._applyBinning
-    calls = []
+    shipped_glszm = glszm.RadiomicsGLSZM._calculateMatrix, glszm.RadiomicsGLSZM._calculateCoefficients
+    calls, zones = [], []
+    ours_glszm = R._glszm_matrix
+    monkeypatch.setattr(R, "_glszm_matrix", lambda self, shipped: (zones.append(1), ours_glszm(self, shipped))[1])
 
     def counted(self, matrix):
         calls.append(matrix.shape)
@@ -212,16 +216,18 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
     monkeypatch.setattr(base.RadiomicsFeaturesBase, "_applyBinning", counted)
     for mask in (whole, region):
         calls.clear()
+        zones.clear()
         ours = R._execute(image, mask)
-        shared = len(calls)
+        shared, new_path = len(calls), len(zones)
         calls.clear()
         with monkeypatch.context() as m:
             m.setattr(R, "_pyradiomics_without_repeated_work", contextlib.nullcontext)
             theirs = R._execute(image, mask)
-        assert (shared, len(calls)) == (13, 65)
+        assert (shared, len(calls), new_path, len(zones)) == (13, 65, 13, 13)
         assert list(ours) == list(theirs) and len(ours) > 900
         assert np.array_equal(np.array(list(ours.values())), np.array(list(theirs.values())), equal_nan=True)
     assert imageoperations.getBinEdges is shipped_edges and base.RadiomicsFeaturesBase._applyBinning is counted
+    assert (glszm.RadiomicsGLSZM._calculateMatrix, glszm.RadiomicsGLSZM._calculateCoefficients) == shipped_glszm
     values = np.array([3.2, -7.9, 11.0, 0.5])  # the edges themselves, where PyRadiomics is its own reference
     with R._pyradiomics_without_repeated_work():
         fast = imageoperations.getBinEdges(values, binWidth=5)
