@@ -80,7 +80,8 @@ def _pyradiomics_without_repeated_work():
     from radiomics import base, glszm, imageoperations
 
     edges, binning = imageoperations.getBinEdges, base.RadiomicsFeaturesBase._applyBinning
-    glszm_matrix, glszm_coefficients = glszm.RadiomicsGLSZM._calculateMatrix, glszm.RadiomicsGLSZM._calculateCoefficients
+    glszm_matrix = glszm.RadiomicsGLSZM._calculateMatrix
+    glszm_coefficients = glszm.RadiomicsGLSZM._calculateCoefficients
 
     def getBinEdges(parameterValues, **kwargs):
         v = parameterValues
