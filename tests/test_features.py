@@ -517,8 +517,8 @@ def test_onednn_conv3d_takes_onednn_for_medicalnets_dilated_and_single_thread_co
     """MedicalNet's ResNet-50 on the demo's 61 x 73 x 61 grid under the demo profile's one thread: torch sends
     layer3's dilated 3x3x3 convolution (an 8 x 10 x 8 map) to its im2col path, and every 1x1x1 convolution
     too; OneDnnConv3d takes oneDNN's kernels for both (the same bits alone or in a batch)."""
-    from synthaudit.features.conv import OneDnnConv3d
     from synthaudit.devices import torch_threads
+    from synthaudit.features.conv import OneDnnConv3d
 
     torch.manual_seed(0)
     cases = [(OneDnnConv3d(256, 256, 3, padding=2, dilation=2, bias=False), torch.randn(2, 256, 8, 10, 8),
@@ -541,10 +541,10 @@ def test_onednn_conv3d_takes_onednn_for_medicalnets_dilated_and_single_thread_co
 def test_medicalnet_builds_every_convolution_as_onednn_and_embeds_alike_alone_or_in_a_batch():
     """Every convolution of MedicalNet's ResNet-50 is a OneDnnConv3d, its weights load by MedicalNet's names
     as before, and under one thread a volume's embedding is the same bits alone as in a batch of two."""
+    from synthaudit.devices import torch_threads
     from synthaudit.features import get_extractor
     from synthaudit.features.conv import OneDnnConv3d
     from synthaudit.features.medicalnet import MedicalNetResNet
-    from synthaudit.devices import torch_threads
 
     with torch.device("meta"):
         net = MedicalNetResNet(50)

@@ -137,9 +137,9 @@ def _glszm_matrix(self, shipped: Callable) -> np.ndarray:
     included (the features' sums follow it: a C-ordered copy differed in the last bits of 16 of 1,014).
     A grey level absent from the region has no zone, so the filled sizes are those PyRadiomics keeps.
     The kept sizes (1-based) are kept for :func:`_glszm_coefficients`."""
-    from radiomics import glszm
+    from radiomics import cMatrices
 
-    calculate = glszm.cMatrices.calculate_glszm
+    calculate = cMatrices.calculate_glszm
 
     def compacted(*args):
         p = calculate(*args)
@@ -151,11 +151,11 @@ def _glszm_matrix(self, shipped: Callable) -> np.ndarray:
         columns = np.sort(np.concatenate([np.flatnonzero(filled), np.flatnonzero(~filled)[:2]]))
         return np.ascontiguousarray(p[:, :, columns])
 
-    glszm.cMatrices = _With(glszm.cMatrices, calculate_glszm=compacted)
+    cMatrices.calculate_glszm = compacted  # for this call only, as the block patches PyRadiomics' methods
     try:
         return shipped(self)
     finally:
-        glszm.cMatrices = glszm.cMatrices.wrapped
+        cMatrices.calculate_glszm = calculate
 
 
 def _glszm_coefficients(self, shipped: Callable) -> None:
@@ -164,25 +164,14 @@ def _glszm_coefficients(self, shipped: Callable) -> None:
     ``jvector``, the kept sizes, and ``Np``, the voxels the zones cover (a sum of whole numbers, exact in
     any order, as PyRadiomics' over every size)."""
     shipped(self)
-    sizes = getattr(self, "_synthaudit_zone_sizes", None)
-    if sizes is None:
+    jvector = getattr(self, "_synthaudit_zone_sizes", None)  # the filled sizes, which PyRadiomics kept, in order
+    if jvector is None:
         return
-    jvector = sizes  # PyRadiomics deleted the empty columns: the filled ones are left, in order
     if self.coefficients["jvector"].shape != jvector.shape:
         raise RuntimeError("PyRadiomics' GLSZM kept other zone sizes than synthaudit's (report this)")
     np_ = np.sum(self.coefficients["ps"] * jvector[None, :], 1)
     np_[np_ == 0] = 1
     self.coefficients["jvector"], self.coefficients["Np"] = jvector, np_
-
-
-class _With:
-    """A module seen through a stand-in for some of its attributes."""
-
-    def __init__(self, wrapped, **replaced):
-        self.wrapped, self._replaced = wrapped, replaced
-
-    def __getattr__(self, name):
-        return self._replaced[name] if name in self._replaced else getattr(self.wrapped, name)
 
 
 def _read(path: str | Path):
