@@ -248,7 +248,9 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
         return time.perf_counter() - start
 
     from ..fidelity.radiomics import features_of
+    from ..fidelity.texture_matrices import warm
 
+    warm()  # numba's texture kernels compiled first (once per machine; the rule's jobs load them from its cache)
     t0 = time.perf_counter()  # FRD's PyRadiomics features of one volume (one process, as each of the rule's)
     features_of(paths[0])
     radiomics = time.perf_counter() - t0
