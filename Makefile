@@ -177,4 +177,4 @@ bench-loop: $(STAMP)
 
 clean:
 	rm -rf results/cohort results/preprocessed results/synthetic results/relict results/figures \
-	       results/plots results/feature_study results/report.html logs benchmarks .snakemake
+	       results/plots results/feature_study results/cache results/report.html logs benchmarks .snakemake

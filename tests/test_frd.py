@@ -188,16 +188,20 @@ def test_frd_within_a_label_class_equals_frd_score_with_that_class_as_the_mask(t
 
 
 def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monkeypatch):
-    """The three hot spots synthaudit makes cheaper (bin edges without a Python loop over the voxels, one
+    """The hot spots synthaudit makes cheaper (bin edges without a Python loop over the voxels, one
     discretisation per image shared by the five feature classes, the GLSZM's empty zone sizes dropped
-    before its empty grey levels) change no bit of any feature, with the whole-image mask and with a
+    before its empty grey levels, the texture matrices in numba, the GLCM's marginals from one sort)
+    change no bit of any feature, with the whole-image mask and with a
     region's; the work is shared (13 discretisations where PyRadiomics alone does 65), the GLSZM of
     each of the 13 images takes the new path, and PyRadiomics is left as shipped outside the extraction."""
     import contextlib
 
-    from radiomics import base, glszm, imageoperations
+    from radiomics import base, cMatrices, glcm, glszm, imageoperations
 
     _, paths = two_sets
+    shipped_matrices = {n: getattr(cMatrices, n) for n in ("calculate_glcm", "calculate_glrlm", "calculate_glszm",
+                                                           "calculate_ngtdm")}
+    shipped_glcm = glcm.RadiomicsGLCM._calculateCoefficients
     image = R._read(paths["b"][1])
     whole = np.ones(image.GetSize()[::-1], np.uint8)
     whole[0, 0, 0] = 0
@@ -228,9 +232,61 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
         assert np.array_equal(np.array(list(ours.values())), np.array(list(theirs.values())), equal_nan=True)
     assert imageoperations.getBinEdges is shipped_edges and base.RadiomicsFeaturesBase._applyBinning is counted
     assert (glszm.RadiomicsGLSZM._calculateMatrix, glszm.RadiomicsGLSZM._calculateCoefficients) == shipped_glszm
+    assert {n: getattr(cMatrices, n) for n in shipped_matrices} == shipped_matrices
+    assert glcm.RadiomicsGLCM._calculateCoefficients is shipped_glcm
     values = np.array([3.2, -7.9, 11.0, 0.5])  # the edges themselves, where PyRadiomics is its own reference
     with R._pyradiomics_without_repeated_work():
         fast = imageoperations.getBinEdges(values, binWidth=5)
         flat = imageoperations.getBinEdges(np.full(4, 10.0), binWidth=5)
     assert np.array_equal(fast, shipped_edges(values, binWidth=5))
     assert np.array_equal(flat, shipped_edges(np.full(4, 10.0), binWidth=5))
+
+
+def test_the_feature_cache_extracts_each_content_once_and_gives_its_bits(two_sets, tmp_path, monkeypatch):
+    """A volume whose bytes repeat under another name (a replica; a new gzip header) is extracted once,
+    a second job reads every row from the cache without PyRadiomics, and the features are the same bits
+    as without the cache, NaN's sign bit included (JSON has no NaN); per class, keyed by the label map."""
+    import gzip
+    import shutil
+
+    from synthaudit.fidelity import radiomics_cache as C
+
+    _, paths = two_sets
+    copy = tmp_path / "replica.nii.gz"
+    with gzip.open(paths["a"][0], "rb") as src, open(copy, "wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb", mtime=12345) as dst:
+            shutil.copyfileobj(src, dst)
+    assert copy.read_bytes() != Path(paths["a"][0]).read_bytes()
+    volumes = [paths["a"][0], paths["a"][1], copy]
+    names, plain = R.extract_many(volumes)
+    notes, extracted = [], []
+    real = R.features_of
+    monkeypatch.setattr(R, "features_of", lambda p, ex=None: (extracted.append(str(p)), real(p, ex))[1])
+    cache = tmp_path / "cache"
+    names_c, cached = R.extract_many(volumes, cache=cache, note=notes.append)
+    assert names_c == names and cached.tobytes() == plain.tobytes()
+    assert extracted == [str(paths["a"][0]), str(paths["a"][1])]
+    assert "3 volume(s), 2 distinct by content: 2 extracted, 0 from the feature cache" in notes[0]
+    monkeypatch.setattr(R, "features_of", lambda p, ex=None: pytest.fail("extracted again"))
+    names_r, again = R.extract_many([copy, paths["a"][1]], cache=cache, note=notes.append)
+    assert names_r == names and again.tobytes() == plain[[2, 1]].tobytes()
+    assert "2 extracted" not in notes[1] and "2 from the feature cache" in notes[1]
+    # a NaN with its sign bit set (NumPy's 0/0) and infinities come back as the same 64 bits
+    with np.errstate(invalid="ignore", divide="ignore"):
+        odd = {"nan": float(np.float64(0) / np.float64(0)), "inf": float(np.float64(1) / np.float64(0)), "x": 0.1}
+    store = C.FeatureCache(cache)
+    store.put("ab" * 32, [odd, None])
+    back = store.get("ab" * 32)
+    assert back[1] is None and list(back[0]) == list(odd)
+    assert np.array(list(back[0].values())).tobytes() == np.array(list(odd.values())).tobytes()
+    # per class: the key holds the label map, so another label map is extracted anew
+    labels = tmp_path / "labels.nii.gz"
+    lab = np.zeros((14, 14, 13), np.uint8)
+    lab[2:9, 3:10, 2:8] = 1
+    nib.save(nib.Nifti1Image(lab, np.diag([4.0, 4.0, 4.0, 1.0])), labels)
+    monkeypatch.setattr(R, "features_of", real)
+    names_k, per_class = R.extract_classes([paths["a"][0]], [labels], 2)
+    names_kc, per_class_c = R.extract_classes([paths["a"][0], copy], [labels, labels], 2, cache=cache)
+    assert names_kc == names_k and per_class_c[0].tobytes() == per_class[0].tobytes()
+    assert per_class_c[1].tobytes() == per_class[0].tobytes() and np.isnan(per_class[0, 1]).all()
+    assert store.key(paths["a"][0], labels, 2) != store.key(paths["a"][0], labels, 3) != store.key(paths["a"][0])

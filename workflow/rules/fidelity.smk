@@ -4,10 +4,17 @@
 
 
 # FRD's features (synthaudit.fidelity.radiomics): PyRadiomics on every volume of one split, once per
-# training set's train and held-out scans and per synthetic set, like the embeddings.
+# training set's train and held-out scans and per synthetic set, like the embeddings. Each distinct
+# volume is extracted once: results/cache/radiomics keeps the features by the volume's content
+# (synthaudit.fidelity.radiomics_cache), so a replica, a sample two sets share or a rerun reads them.
+RADIOMICS_CACHE = "results/cache/radiomics"
+
+
 rule radiomics:
     input:
         images=lambda wc: split_images(wc.dataset, wc.split),
+        # the training scans' features first, so that a sample that copies one is read from the cache
+        training_first=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "train") if wc.split == "synthetic" else [],
     output:
         "results/fidelity/radiomics/{dataset}/{split}.npz",
     log:
@@ -23,6 +30,7 @@ rule radiomics:
         mem_mb=3000,
     params:
         ids=lambda wc: split_ids(wc.dataset, wc.split),
+        cache=RADIOMICS_CACHE,
     script:
         "../scripts/radiomics.py"
 
@@ -33,6 +41,7 @@ rule radiomics_classes:
     input:
         images=lambda wc: split_images(wc.dataset, wc.split),
         labels=lambda wc: split_labels(wc.dataset, wc.split),
+        training_first=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "train") if wc.split == "synthetic" else [],
     output:
         "results/fidelity/radiomics/{dataset}/{split}_classes.npz",
     log:
@@ -49,6 +58,7 @@ rule radiomics_classes:
     params:
         ids=lambda wc: split_ids(wc.dataset, wc.split),
         classes=lambda wc: ds_cfg(wc)["segmentation"]["classes"],
+        cache=RADIOMICS_CACHE,
     script:
         "../scripts/radiomics_classes.py"
 

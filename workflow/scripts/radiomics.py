@@ -8,6 +8,7 @@ with logged(snakemake.log[0]) as log:
     paths = list(snakemake.input.images)
     log.info("%s", LABEL)
     progress = Progress(log, f"radiomics of {snakemake.wildcards.split} volumes", len(paths))
-    names, features = extract_many(paths, workers=snakemake.threads, progress=progress, warn=log.warning)
+    names, features = extract_many(paths, workers=snakemake.threads, progress=progress, warn=log.warning,
+                                   cache=snakemake.params.cache, note=log.info)
     save_features(snakemake.output[0], snakemake.params.ids, names, features)
     log.info("%d volumes x %d features", *features.shape)

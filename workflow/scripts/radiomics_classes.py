@@ -11,7 +11,7 @@ with logged(snakemake.log[0]) as log:
     log.info("%s; within each of %d label classes (%s)", LABEL, len(classes), ", ".join(classes))
     progress = Progress(log, f"per-class radiomics of {snakemake.wildcards.split} volumes", len(paths))
     names, features = extract_classes(paths, list(snakemake.input.labels), len(classes), workers=snakemake.threads,
-                                      progress=progress)
+                                      progress=progress, cache=snakemake.params.cache, note=log.info)
     save_class_features(snakemake.output[0], snakemake.params.ids, classes, names, features)
     for k, c in enumerate(classes):
         n = int((~np.isnan(features[:, k]).any(axis=1)).sum()) if names else 0
