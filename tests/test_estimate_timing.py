@@ -45,21 +45,25 @@ def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(
     # stages the estimate does not model: what they took, in one line, so the gap is visible
     _bench(tmp_path, "segment_train_unet/audit.tsv", [120])
     _bench(tmp_path, "segment_predict/audit/s0.tsv", [60])
+    _bench(tmp_path, "radiomics_classes/audit/train_classes.tsv", [12])
     _bench(tmp_path, "relict_local/audit.tsv", [30])
     _bench(tmp_path, "privacy_train/audit/image/filter0.tsv", [90])
     _bench(tmp_path, "privacy_train/audit/image/retrieval.tsv", [30])
     # the local level and the filters are modelled, but this estimate (written before they were) has
     # neither: shown with the rest
-    assert estimate_lines(tmp_path, "audit")[-1] == ("    not in the estimate: local level 0.5, privacy filters' "
-                                                     "training 2.0, U-Net (training, prediction) 3.0")
+    assert estimate_lines(tmp_path, "audit")[-1] == ("    not in the estimate: FRD within label classes 0.2, local "
+                                                     "level 0.5, privacy filters' training 2.0, U-Net (training, "
+                                                     "prediction) 3.0")
     est = json.loads((tmp_path / "data/estimate.json").read_text())
     est["stages_s"]["local level"] = 20.0
     est["stages_s"]["privacy filters' training"] = 100.0
+    est["stages_s"]["FRD within label classes"] = 10.0
     est["ranges_s"] = {"privacy filters' training": [60.0, 140.0]}  # early stopping decides
     (tmp_path / "data/estimate.json").write_text(json.dumps(est))
     lines = estimate_lines(tmp_path, "audit")
     assert "    local level: estimated 0.3, measured 0.5 (1.50x)" in lines
     assert "    privacy filters' training: estimated 1.7 (between 1.0 and 2.3), measured 2.0 (1.20x)" in lines
+    assert "    FRD within label classes: estimated 0.2, measured 0.2 (1.20x)" in lines
     assert lines[-1] == "    not in the estimate: U-Net (training, prediction) 3.0"
     assert estimate_rows(tmp_path, "other") is None  # the estimate is the audit's only
     (tmp_path / "data/estimate.json").unlink()
@@ -69,7 +73,7 @@ def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(
 def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
     d = _folders(tmp_path / "in")
     inp = Inputs(training=d / "training", heldout=d / "heldout", synthetic=d / "synthetic", registered=True,
-                 patient_pattern=r"^(pat\d+)_", timing=True)
+                 patient_pattern=r"^(pat\d+)_", timing=True, labels=d / "labels", classes=["structure"])
     said = []
     plan = write_workspace(tmp_path / "ws", inp, progress=said.append)
     est = json.loads((tmp_path / "ws/data/estimate.json").read_text())
@@ -90,6 +94,10 @@ def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
     assert any(m.startswith("timing the heavy stages on 5 of your samples") for m in said)
     assert est["stages_s"]["FRD radiomics"] == pytest.approx(
         (n_syn + n_real) * costs["radiomics_s"] / 2 + 3 * JOB_START_S["radiomics"], abs=0.06)
+    # FRD within label classes: the same volumes, timed on a labelled training scan's classes (issue 62)
+    assert costs["radiomics_classes_s"] > 0
+    assert est["stages_s"]["FRD within label classes"] == pytest.approx(
+        (n_syn + n_real) * costs["radiomics_classes_s"] / 2 + 3 * JOB_START_S["radiomics"], abs=0.06)
     # the local level: 10 training, 6 held-out, 5 synthetic, 3 control sizes (18 controls, 29 queries)
     assert all(costs[k] > 0 for k in ("smooth_s", "local_pair_s", "control_s", "local_query_s")), costs
     from synthaudit.relict.local import plan_controls

@@ -25,6 +25,7 @@ STAGE_BENCHMARKS = {
     "feature level (embedding)": ["embed/{d}/*.tsv"],
     "alignment": ["relict_align/{d}.tsv", "relict_matched_align/{d}.tsv"],
     "FRD radiomics": ["radiomics/{d}/*.tsv"],
+    "FRD within label classes": ["radiomics_classes/{d}/*.tsv"],
     "local level": ["relict_local/{d}.tsv"],
     "privacy filters' training": ["privacy_train/{d}/*/*.tsv"],
 }
@@ -32,7 +33,6 @@ STAGE_BENCHMARKS = {
 # run the estimate leaves out is visible, not silently missing
 UNESTIMATED_BENCHMARKS = {
     "U-Net (training, prediction)": ["segment_train_unet/{d}.tsv", "segment_predict/{d}/*.tsv"],
-    "FRD within label classes": ["radiomics_classes/{d}/*.tsv"],
     "2.5D FD slices": ["slice_features/{d}/*.tsv"],
 }
 

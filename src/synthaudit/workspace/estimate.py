@@ -196,6 +196,11 @@ RADIOMICS_SECONDS_PER_MVOXEL_2MM = 11.0
 FRD_BUDGET_HOURS = 4.0  # init switches fidelity.frd on where the radiomics of every volume fit (2 processes)
 
 
+def class_names(inp: Inputs, summary: dict) -> list[str]:
+    """The label classes' names: ``--classes``, else class1 ... up to the largest label value found."""
+    return list(inp.classes or [f"class{v}" for v in range(1, max(summary["label_values"] or [1]) + 1)])
+
+
 def radiomics_seconds(shape: list[int], spacing_mm: list[float]) -> float:
     """Estimated seconds of one volume's FRD features: its extent at FRD's 2 mm grid."""
     voxels_2mm = float(np.prod([n * s / 2.0 for n, s in zip(shape, spacing_mm)]))
@@ -281,6 +286,12 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
     per_radiomics = costs.radiomics_s if costs.radiomics_s is not None else radiomics_seconds(shape, spacing)
     frd_hours = ((n_train + n_heldout + n_synthetic) * per_radiomics / 2
                  + (2 + bool(n_heldout)) * JOB_START_S["radiomics"]) / 3600
+    # FRD within label classes: the same volumes within each class's region, timed on a labelled scan
+    # (None: not timed, and then not estimated)
+    per_classes = getattr(costs, "radiomics_classes_s", None) if inp.labels else None
+    frd_classes_hours = (None if per_classes is None else
+                         ((n_train + n_heldout + n_synthetic) * per_classes / 2
+                          + (2 + bool(n_heldout)) * JOB_START_S["radiomics"]) / 3600)
     # the privacy filters (on as params_text switches them on), in the image space
     privacy_on = privacy_possible(rows)[0]
     privacy = None
@@ -294,6 +305,7 @@ def derived_defaults(inp: Inputs, rows: list[dict], n_synthetic: int, summary: d
             privacy = None
     return {"n_closest": n, "n_train": n_train, "shape": shape, "spacing_mm": spacing,
             "frd_on": frd_hours <= FRD_BUDGET_HOURS, "frd_hours": frd_hours, "n_synthetic": n_synthetic,
+            "frd_classes_hours": frd_classes_hours,
             "local_on": n_heldout >= 2 and local_gb <= LOCAL_MEMORY_GB, "local_memory_gb": local_gb,
             "local_hours": local_s / 3600,
             "privacy_on": privacy is not None,
@@ -373,6 +385,8 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
         stages["alignment"] = derived["alignment_hours"] * 3600
     if derived.get("frd_on"):
         stages["FRD radiomics"] = derived["frd_hours"] * 3600
+        if derived.get("frd_classes_hours") is not None:
+            stages["FRD within label classes"] = derived["frd_classes_hours"] * 3600
     if derived.get("local_on"):
         stages["local level"] = derived["local_hours"] * 3600
     ranges = {}

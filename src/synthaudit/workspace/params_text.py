@@ -9,8 +9,8 @@ from .. import resources
 from .discover import Inputs, MIN_HELDOUT_AT_5_PERCENT
 from . import estimate as _limits  # the budgets as the decision read them (a test may change them)
 from .estimate import (
-    ALIGNMENT_CANDIDATES_PER_N, ALIGNMENT_RANKED_KEEP_PER_N, ALIGNMENT_RANKED_PER_N, RELICT_N, derived_defaults,
-    privacy_possible,
+    ALIGNMENT_CANDIDATES_PER_N, ALIGNMENT_RANKED_KEEP_PER_N, ALIGNMENT_RANKED_PER_N, RELICT_N, class_names,
+    derived_defaults, privacy_possible,
 )
 
 
@@ -193,7 +193,7 @@ def _datasets_block(inp: Inputs, summary: dict, manifest: str, n_heldout: int) -
     lines += ["    synthetic:", "      source: folder            # your generator's samples (--synthetic)",
               "      folder: null"]  # the path is set by params_text (quoted as YAML needs)
     if inp.labels:
-        classes = inp.classes or [f"class{v}" for v in range(1, max(summary["label_values"] or [1]) + 1)]
+        classes = class_names(inp, summary)
         if inp.synthetic_labels:
             lines += ["    segmentation:", "      source: labels            # your label maps for both sets (--labels, "
                       "--synthetic-labels)",

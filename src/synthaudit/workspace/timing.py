@@ -54,6 +54,9 @@ class Costs:
     # validation batch's forward pass per distinct scan, on the image space's input (image_downsample)
     privacy_scan_step_s: float = 0.0
     privacy_scan_val_s: float = 0.0
+    # FRD within label classes (fidelity.frd_classes): one labelled volume's features within each class's
+    # region, every class (None: not timed: no label maps, or scans not yet on the audit's grid)
+    radiomics_classes_s: float | None = None
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -167,7 +170,8 @@ def privacy_costs(vols: Sequence[np.ndarray], privacy_cfg: dict, threads: int = 
 
 def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict, spacing_mm: Sequence[float],
                   threads: int = THREADS, progress: Callable[[str], None] = print,
-                  local_cfg: dict | None = None, privacy_cfg: dict | None = None) -> Costs:
+                  local_cfg: dict | None = None, privacy_cfg: dict | None = None,
+                  labelled: tuple[str | Path, str | Path, int] | None = None) -> Costs:
     """Time each heavy stage on up to five of the user's samples (the audit's grid).
 
     - image level: MAE, RMSE and SSIM of one sample against 2 and 6 others and of five against 6 (the
@@ -178,7 +182,9 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     - alignment (``alignment``: relict.alignment): the first sample against 3 and then 6 others with
       the workflow's search (pre-selection, the coarse-to-fine or full-resolution search, the
       closest pairs' refinement); the difference is the per-pair cost, the rest the per-volume one;
-    - FRD: one sample's PyRadiomics features (the rule's function, in this one process);
+    - FRD: one sample's PyRadiomics features (the rule's function, in this one process), and, with
+      ``labelled`` (a scan on the audit's grid, its label map, the number of classes), that scan's
+      features within each class's region (FRD within label classes);
     - the local level (``local_cfg``: relict.local; None: not timed): :func:`local_costs`;
     - the privacy filters' training (``privacy_cfg``: privacy; None: not timed): :func:`privacy_costs`.
     """
@@ -254,6 +260,13 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
     t0 = time.perf_counter()  # FRD's PyRadiomics features of one volume (one process, as each of the rule's)
     features_of(paths[0])
     radiomics = time.perf_counter() - t0
+    radiomics_classes = None
+    if labelled is not None:
+        from ..fidelity.radiomics import class_features_of
+
+        t0 = time.perf_counter()
+        class_features_of(*labelled)
+        radiomics_classes = time.perf_counter() - t0
 
     align(1)  # numba's kernels compiled (cached once per machine), the rotation tables built
     # 3 and 6 candidates: the closest three pairs' joint refinement (refine_top) costs the same in both,
@@ -269,4 +282,4 @@ def measure_costs(samples: Sequence[str | Path], features: dict, alignment: dict
                  how=f"measured on this machine by init on {len(paths)} of your samples", machine=machine(),
                  threads=threads, smooth_s=smooth, local_pair_s=local_pair, control_s=control,
                  local_query_s=local_query,
-                 privacy_scan_step_s=scan_step, privacy_scan_val_s=scan_val)
+                 privacy_scan_step_s=scan_step, privacy_scan_val_s=scan_val, radiomics_classes_s=radiomics_classes)

@@ -13,7 +13,7 @@ from ..resources import ESTIMATE_FILE
 from .checks import CT_WINDOW, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
 from .discover import (Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions,
                        convert_dicom_inputs, is_dicom_folder, nifti_files, nnunet_inputs, within)
-from .estimate import derived_defaults, plan
+from .estimate import class_names, derived_defaults, plan
 from .params_text import params_text
 
 
@@ -164,10 +164,23 @@ def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, 
     try:
         return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
                              progress=progress, local_cfg=params["local"],
-                             privacy_cfg=shipped["privacy"] if privacy_possible(rows)[0] else None)
+                             privacy_cfg=shipped["privacy"] if privacy_possible(rows)[0] else None,
+                             labelled=_labelled_scan(inp, rows, summary))
     except Exception as e:  # the estimate is advice: a failure to time (memory, a missing encoder) must not stop init
         progress(f"  timing failed ({type(e).__name__}: {e}); the estimate uses the constants instead")
         return None
+
+
+def _labelled_scan(inp: Inputs, rows: list[dict], summary: dict) -> tuple[str, str, int] | None:
+    """A training scan with its label map and the number of classes, where the scans are on the audit's grid
+    already (``--registered``): FRD within label classes is timed on it. None otherwise (registration
+    first makes the grid the jobs read)."""
+    if not inp.registered:
+        return None
+    row = next((r for r in rows if r["role"] == "train" and r.get("label")), None)
+    if row is None:
+        return None
+    return row["image"], row["label"], len(class_names(inp, summary))
 
 
 def _check_as_the_workflow_will(folder: Path) -> None:
