@@ -187,7 +187,7 @@ def _glrlm_kernel(G, pz, py, px, nz, ny, nx, offsets, Ng, Nr, P):
                 Gr = Gf[base:base + nx]
                 Gp = Gf[base - off:base - off + nx]  # the predecessors (0: outside the mask or image)
                 Rr = rl[base:base + nx]
-                if off == 1:
+                if off == 1 and sy > 1:  # along x (sy == 1: x is one voxel wide, and 1 is the next row)
                     r = 0
                     prev = Gf[base - 1]
                     for x in range(nx):
