@@ -290,3 +290,21 @@ def test_the_feature_cache_extracts_each_content_once_and_gives_its_bits(two_set
     assert names_kc == names_k and per_class_c[0].tobytes() == per_class[0].tobytes()
     assert per_class_c[1].tobytes() == per_class[0].tobytes() and np.isnan(per_class[0, 1]).all()
     assert store.key(paths["a"][0], labels, 2) != store.key(paths["a"][0], labels, 3) != store.key(paths["a"][0])
+
+
+def test_the_radiomics_benchs_table_in_benchmarks_md_is_its_committed_result():
+    """docs/benchmarks.md's FRD table is generated from results/bench/radiomics_cost.json (never typed in),
+    and the committed result shows what the page says: every feature of every volume the same bits as
+    PyRadiomics as shipped, and the demo's NCCT volume at least 2x faster."""
+    import importlib.util
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("radiomics_cost", root / "bench" / "fidelity" / "radiomics_cost.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["doc"]) == 0, "run `.venv/bin/python bench/fidelity/radiomics_cost.py doc --write`"
+    result = json.loads((root / bench.RESULT).read_text())
+    assert result["rows"] and all(r["same_bits"] for r in result["rows"])
+    demo = [r for r in result["rows"] if r["volume"].endswith("p002_bl.nii.gz")]
+    assert demo and demo[0]["speedup"] >= 2.0

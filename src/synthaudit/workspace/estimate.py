@@ -184,13 +184,14 @@ def privacy_possible(rows: list[dict]) -> tuple[bool, str]:
 
 
 # FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
-# classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; fitted to one-off
-# timings in one process on the 2-core machine while it ran other work (a demo NCCT volume, 0.91 M voxels
-# at 2 mm: 21.7 s; a TOF slab: 3.1 s), so on the high side; bench/fidelity/radiomics_cost.py measures them
-RADIOMICS_SECONDS_FIXED = 1.5
+# classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; the fit of
+# bench/fidelity/radiomics_cost.py (results/bench/radiomics_cost.json: simulated heads and a TOF slab, one
+# process, synthaudit's extraction with the numba texture matrices), taken on a host at about 110 GFLOP/s
+# (180 when idle), so on the high side
+RADIOMICS_SECONDS_FIXED = 0.66
 
 
-RADIOMICS_SECONDS_PER_MVOXEL_2MM = 11.0
+RADIOMICS_SECONDS_PER_MVOXEL_2MM = 9.23
 
 
 FRD_BUDGET_HOURS = 4.0  # init switches fidelity.frd on where the radiomics of every volume fit (2 processes)
