@@ -165,10 +165,7 @@ def _glszm_matrix(self, shipped: Callable) -> np.ndarray:
         if not p.flags.c_contiguous:  # not what PyRadiomics 3.1 returns: leave the matrix as it is
             self._synthaudit_zone_sizes = None
             return p
-        filled = p.any(axis=(0, 1))
-        self._synthaudit_zone_sizes = (np.flatnonzero(filled) + 1).astype(np.float64)
-        columns = np.sort(np.concatenate([np.flatnonzero(filled), np.flatnonzero(~filled)[:2]]))
-        return np.ascontiguousarray(p[:, :, columns])
+        return np.ascontiguousarray(p[:, :, _kept_columns(self, p.any(axis=(0, 1)))])
 
     calculate = cMatrices.calculate_glszm
 
@@ -179,14 +176,20 @@ def _glszm_matrix(self, shipped: Callable) -> np.ndarray:
         cMatrices.calculate_glszm = calculate
 
 
+def _kept_columns(self, filled: np.ndarray) -> np.ndarray:
+    """The GLSZM's columns that :func:`_glszm_matrix` keeps: the filled zone sizes and the first two empty
+    ones (as many as there are, up to 2); the filled sizes (1-based) are kept for the coefficients."""
+    self._synthaudit_zone_sizes = (np.flatnonzero(filled) + 1).astype(np.float64)
+    return np.sort(np.concatenate([np.flatnonzero(filled), np.flatnonzero(~filled)[:2]]))
+
+
 def _compact_glszm(self, n_levels: int, levels: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     """:func:`_glszm_matrix`'s matrix from the zones (grey level, size): the C matrix's filled columns and
     its first two empty ones (as many as it has, up to 2), the same values in the same C order."""
     largest = int(sizes.max())
     filled = np.zeros(largest, bool)
     filled[sizes - 1] = True
-    self._synthaudit_zone_sizes = (np.flatnonzero(filled) + 1).astype(np.float64)
-    columns = np.sort(np.concatenate([np.flatnonzero(filled), np.flatnonzero(~filled)[:2]]))
+    columns = _kept_columns(self, filled)
     where = np.empty(largest, np.int64)
     where[columns] = np.arange(len(columns))
     p = np.zeros((1, n_levels, len(columns)), np.float64)
