@@ -196,3 +196,24 @@ def test_where_command_prints_the_calibrated_copy_counts(root, tmp_path, capsys)
     out = capsys.readouterr().out
     assert "mine: 3 synthetic volume(s) called copies at a false-positive rate of 0.05 (12.5 %), " \
            "2 training patient(s) copied (18.2 %); 22 held-out scans" in out
+
+
+def test_schema_parsed_once_is_the_pure_python_parse_and_a_fresh_copy_each_call(tmp_path):
+    """libyaml's loader (a second of every Snakemake start, every SLURM job's) gives the objects
+    PyYAML's own SafeLoader gives; a caller changing its schema changes nobody else's; an edited
+    schema file is parsed again."""
+    from synthaudit import params_schema
+
+    pure = yaml.load(params_schema.SCHEMA_PATH.read_text(), Loader=yaml.SafeLoader)
+    assert params_schema._parsed(str(params_schema.SCHEMA_PATH.resolve()),
+                                 *(lambda st: (st.st_mtime_ns, st.st_size))(params_schema.SCHEMA_PATH.stat())) == pure
+    first = params_schema.load_schema()
+    first["$defs"]["measure"]["enum"].append("not_a_measure")
+    first["properties"].clear()
+    second = params_schema.load_schema()
+    assert "not_a_measure" not in second["$defs"]["measure"]["enum"] and second["properties"]
+    edited = tmp_path / "schema.yaml"
+    edited.write_text("type: object\nproperties: {a: {default: 1}}\n")
+    assert params_schema.load_schema(edited)["properties"]["a"]["default"] == 1
+    edited.write_text("type: object\nproperties: {a: {default: 22}}\n")
+    assert params_schema.load_schema(edited)["properties"]["a"]["default"] == 22

@@ -98,6 +98,7 @@ rule anonymise_metrics:
         index="results/anonymise/index.json",
     log:
         "logs/anonymise_metrics.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1

@@ -85,6 +85,7 @@ rule dataset_manifest:
         "results/cohort/{dataset}/manifest.tsv",
     log:
         "logs/dataset_manifest/{dataset}.log",
+    localrule: True
     conda:
         "../../envs/imaging.yaml"
     threads: 1

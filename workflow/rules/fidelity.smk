@@ -143,6 +143,7 @@ rule fidelity_metrics:
         index="results/fidelity/index.json",  # the folder exists (DVC tracks it) with no set to measure too
     log:
         "logs/fidelity_metrics.log",
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1

@@ -47,6 +47,7 @@ rule ranking_report:
         ),
     log:
         "logs/ranking_report/{dataset}.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1

@@ -142,6 +142,7 @@ rule generator_index:
         "results/generator/generators.tsv",
     log:
         "logs/generator_index.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1

@@ -153,6 +153,7 @@ rule privacy_metrics:
         ],
     log:
         "logs/privacy_metrics.log",
+    localrule: True
     conda:
         "../../envs/privacy.yaml"
     threads: 1

@@ -41,6 +41,7 @@ rule recall_metrics:
         "results/metrics/recall.json",
     log:
         "logs/recall_metrics.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1

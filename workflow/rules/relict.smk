@@ -125,6 +125,7 @@ rule relict_gather:
         "logs/relict_gather/{dataset}/{measure}.log",
     wildcard_constraints:
         measure=_alternatives(IMAGE_MEASURES + SEG_MEASURES),
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1
@@ -363,6 +364,7 @@ rule relict_ratio:
         search="results/relict/{dataset}/search/{measure}.json",
     log:
         "logs/relict_ratio/{dataset}/{measure}.log",
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1
@@ -390,6 +392,7 @@ rule relict_evaluate_measure:
         "logs/relict_evaluate_measure/{dataset}/{measure}.log",
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1
@@ -414,6 +417,7 @@ rule relict_evaluate:
         "logs/relict_evaluate/{dataset}.log",
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1
@@ -442,6 +446,7 @@ rule relict_metrics:
         copies="results/metrics/copies.json",
     log:
         "logs/relict_metrics.log",
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1

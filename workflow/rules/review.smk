@@ -31,6 +31,7 @@ rule table_runtime:
         ),
     log:
         "logs/table_runtime/{dataset}.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1
@@ -86,6 +87,7 @@ rule table_agreement:
         ),
     log:
         "logs/table_agreement/{dataset}.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1
@@ -203,6 +205,7 @@ rule tuned_thresholds:
         "logs/tuned_thresholds/{dataset}.log",
     wildcard_constraints:
         dataset=_alternatives(RATED_DATASETS),
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1
@@ -273,6 +276,7 @@ rule verdict:
         ],
     log:
         "logs/verdict.log",
+    localrule: True
     conda:
         "../../envs/relict.yaml"
     threads: 1
@@ -336,6 +340,7 @@ rule filter_summary:
         "results/filter/summary.tsv",
     log:
         "logs/filter_summary.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1
@@ -358,6 +363,7 @@ rule provenance:
         "results/provenance.json",
     log:
         "logs/provenance.log",
+    localrule: True
     conda:
         "../../envs/figures.yaml"
     threads: 1

@@ -114,6 +114,7 @@ rule synthetic_table:
         table="results/synthetic/{dataset}/synthetic.tsv",
     log:
         "logs/synthetic_table/{dataset}.log",
+    localrule: True
     conda:
         "../../envs/imaging.yaml"
     threads: 1
@@ -134,6 +135,7 @@ rule reference_ratings:
         "logs/reference_ratings/{dataset}.log",
     wildcard_constraints:
         dataset=_alternatives(SPIKED_DATASETS),
+    localrule: True
     conda:
         "../../envs/imaging.yaml"
     threads: 1
