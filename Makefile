@@ -77,10 +77,12 @@ test-slurm: $(STAMP)
 test-slurm-run: $(STAMP)
 	$(BIN)/python -m pytest -m slurm -n0 tests/test_slurm.py
 
-# the rules' lint and format (.ci/run): Snakemake's own checks, snakefmt (pyproject: 120 columns)
+# the rules' lint and format (.ci/run): Snakemake's own checks, snakefmt (pyproject: 120 columns), and a
+# spell check of what a user reads first (codespell; the project's words: pyproject's [tool.codespell])
 lint: $(STAMP)
 	$(BIN)/snakemake --lint
 	$(BIN)/snakefmt --check Snakefile workflow/rules
+	$(BIN)/codespell README.md docs/
 
 # the wheel a user installs (pip install dist/synthaudit-*.whl -c constraints.txt): the library and
 # the whole workflow as package data (hatch_build.py)

@@ -227,9 +227,14 @@ def test_init_converts_dicom_folders_into_the_workspace_with_patients_from_patie
     d = tmp_path / "dicom"
     before = {p: p.read_bytes() for p in sorted(d.rglob("*.dcm"))}
     messages = []
-    write_workspace(tmp_path / "ws", Inputs(training=d / "training", heldout=d / "heldout", synthetic=d / "synthetic",
-                                            registered=True), progress=messages.append)
+    result = write_workspace(tmp_path / "ws", Inputs(training=d / "training", heldout=d / "heldout",
+                                                     synthetic=d / "synthetic", registered=True),
+                             progress=messages.append)
     ws = tmp_path / "ws"
+    # the plan names the workspace's own files: the staging folder the series were converted in is gone
+    assert ".tmp-" not in json.dumps(result) and ".tmp-" not in (ws / "data/estimate.json").read_text()
+    assert f"from {ws / 'data/converted/patients.tsv'}" in json.dumps(result), result
+    assert (ws / "data/converted/patients.tsv").is_file()
     rows = read_tsv(ws / "data/manifest.tsv")
     assert {r["id"]: r["patient_id"] for r in rows} == {name: pid for (role, name, pid) in vols if role != "synthetic"}
     assert all(r["image"] == f"converted/{'training' if r['role'] == 'train' else 'heldout'}/{r['id']}.nii.gz"

@@ -280,3 +280,38 @@ def test_benchmarks_md_s_alignment_profile_is_the_committed_one():
     assert f"{(rows['shift_ssd'][0] + rows['_measured'][0]) / pairs:.1f} passes" in page
     ssim = json.loads((ROOT / "results/bench/alignment_coarse_ct.json").read_text())["seconds"]["ssim"]
     assert rows["descend"][1] + rows["_measured"][1] > 2 * ssim and f"SSIM time ({2 * ssim:.1f} s)" in page
+
+
+@pytest.mark.parametrize("case", ["all_zero", "all_constant", "one_zero"])
+def test_timing_leaves_out_empty_and_constant_samples_and_says_so_in_words(tmp_path, monkeypatch, case):
+    """init's timing on samples with nothing to time (issue 66): an all-zero or constant sample broke FRD's
+    z-scoring ("timing failed (ValueError: arange: cannot compute length)"). Where every sample is such,
+    the plan says why the estimate uses the constants; where some are, the others are timed."""
+    import nibabel as nib
+    import numpy as np
+
+    from synthaudit.workspace import timing
+
+    d = _folders(tmp_path / "in")
+    samples = sorted((d / "synthetic").iterdir())
+    for k, f in enumerate(samples):
+        if case == "one_zero" and k > 0:
+            break
+        img = nib.load(f)
+        value = 0.0 if case != "all_constant" else 3.5
+        nib.save(nib.Nifti1Image(np.full(img.shape, value, np.float32), img.affine), f)
+    timed = []
+    monkeypatch.setattr(timing, "measure_costs", lambda paths, *a, **k: timed.append(list(paths)))
+    said = []
+    inp = Inputs(training=d / "training", heldout=d / "heldout", synthetic=d / "synthetic", registered=True,
+                 patient_pattern=r"^(pat\d+)_", timing=True)
+    plan = write_workspace(tmp_path / "ws", inp, progress=said.append)
+    text = "\n".join(said)
+    assert "timing failed" not in text and "Error" not in text, text
+    if case == "one_zero":
+        assert timed == [[p.resolve() for p in samples[1:]]]
+        assert "1 empty or constant sample(s) left out of the timing (data/input_warnings.tsv)" in text
+    else:
+        assert timed == [] and plan["estimate"]["how"].startswith("constants of the development machine")
+        assert ("timing skipped: every sample is empty or constant (5; data/input_warnings.tsv), so there is "
+                "nothing to time on; the estimate uses the constants instead") in text

@@ -466,3 +466,39 @@ def test_init_plans_the_search_the_workflow_will_choose():
     assert big["mode"] == "shortlist" and big["k"] == 200 and big["sample"] == 40
     assert big["pairs"] == 5100 * 200 + 40 * (10_000 - 200)
     assert search.choose_mode(5100, 10_000, object_defaults("relict.search")) == "shortlist"
+
+
+@pytest.mark.parametrize("case", ["empty", "nested", "other_files", "subfolders_only"])
+def test_a_synthetic_folder_without_volumes_is_refused_saying_what_it_holds_and_nothing_else_is_printed(
+        tmp_path, capfd, case):
+    """init on a synthetic folder that holds no volume (issue 66): the refusal says what init reads (NIfTI
+    files and DICOM series) and what the folder holds instead; stderr holds synthaudit's lines only, not
+    ITK's GDCM warnings (they named the folder SimpleITK was built in)."""
+    from synthaudit.cli import main
+
+    d = _folders(tmp_path / "in")
+    syn = tmp_path / "odd_synthetic"
+    syn.mkdir()
+    expected = {"empty": "the folder is empty",
+                "nested": "it holds 5 NIfTI file(s) in sub-folders (3 in batch_a/, 2 in batch_b/): give the folder "
+                          "that holds the files themselves",
+                "other_files": "it holds 3 other file(s) (2 .png, 1 .zip), e.g. a.png",
+                "subfolders_only": "it holds only sub-folders, and no volume within two levels"}[case]
+    if case == "nested":
+        for k, f in enumerate(sorted((d / "synthetic").iterdir())):
+            (syn / ("batch_a" if k < 3 else "batch_b")).mkdir(exist_ok=True)
+            (syn / ("batch_a" if k < 3 else "batch_b") / f.name).write_bytes(f.read_bytes())
+    elif case == "other_files":
+        for name in ("a.png", "b.png", "c.nii.zip"):
+            (syn / name).write_bytes(b"x")
+    elif case == "subfolders_only":
+        (syn / "empty_batch" / "deeper").mkdir(parents=True)
+    capfd.readouterr()
+    status = main(["init", str(tmp_path / "ws"), "--training", str(d / "training"), "--heldout", str(d / "heldout"),
+                   "--synthetic", str(syn), "--registered", "--patient-pattern", r"^(pat\d+)_"])
+    out, err = capfd.readouterr()
+    assert status != 0 and not (tmp_path / "ws").exists()
+    assert f"{syn}: no volumes in the synthetic folder: init reads NIfTI files (*.nii, *.nii.gz) and DICOM " \
+           "series, and found neither; " + expected in err, err
+    assert "GDCM" not in out + err and "WARNING: In" not in out + err, err
+    assert all(line.startswith("synthaudit init: ") for line in err.splitlines() if line.strip()), err

@@ -13,6 +13,7 @@ them (LPS to RAS).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -64,6 +65,29 @@ def _floats(value: str, n: int, what: str, path: str, folder: Path) -> np.ndarra
     return out
 
 
+@contextlib.contextmanager
+def _itk_warnings_off():
+    """ITK's global warning display off for a while. Why: GDCM prints a warning for every folder that
+    holds no series ("No Series were found", naming the folder SimpleITK was built in, not the user's),
+    before synthaudit's own message says what the folder holds."""
+    import SimpleITK as sitk
+
+    before = sitk.ProcessObject_GetGlobalWarningDisplay()
+    sitk.ProcessObject_SetGlobalWarningDisplay(False)
+    try:
+        yield
+    finally:
+        sitk.ProcessObject_SetGlobalWarningDisplay(before)
+
+
+def series_ids(folder: str | Path) -> list[str]:
+    """The DICOM series UIDs GDCM finds in ``folder`` (its files only), without ITK's warnings."""
+    import SimpleITK as sitk
+
+    with _itk_warnings_off():
+        return list(sitk.ImageSeriesReader().GetGDCMSeriesIDs(str(folder)))
+
+
 def find_series(folder: str | Path) -> Series:
     """The one series in ``folder`` (its files only, not sub-folders), checked; :class:`DicomError`
     names the folder and what is wrong."""
@@ -71,7 +95,7 @@ def find_series(folder: str | Path) -> Series:
 
     folder = Path(folder)
     reader = sitk.ImageSeriesReader()
-    uids = list(reader.GetGDCMSeriesIDs(str(folder)))
+    uids = series_ids(folder)
     if not uids:
         raise DicomError(f"{folder}: no DICOM series (no file GDCM reads as DICOM image data)")
     if len(uids) > 1:
@@ -223,14 +247,11 @@ def convert(folder: str | Path, out: str | Path, series: Series | None = None) -
 def series_folders(folder: str | Path) -> list[Path]:
     """The series of a folder as ``init`` takes them: each sub-folder holding DICOM is one series
     (its name the volume's id); without such sub-folders, the folder itself where it holds DICOM."""
-    import SimpleITK as sitk
-
     folder = Path(folder)
-    reader = sitk.ImageSeriesReader()
-    subs = [p for p in sorted(folder.iterdir()) if p.is_dir() and reader.GetGDCMSeriesIDs(str(p))]
+    subs = [p for p in sorted(folder.iterdir()) if p.is_dir() and series_ids(p)]
     if subs:
         return subs
-    return [folder] if reader.GetGDCMSeriesIDs(str(folder)) else []
+    return [folder] if series_ids(folder) else []
 
 
 def convert_folder(folder: str | Path, out: str | Path, progress=None, patients: bool = True) -> list[dict]:

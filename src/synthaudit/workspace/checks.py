@@ -36,6 +36,8 @@ WARNINGS_FILE = resources.INPUT_WARNINGS
 
 
 WARNING_COLUMNS = ["dataset", "id", "role", "file", "warning"]
+# the warnings of volumes without anatomy to measure (intensity_checks): what init's timing leaves out
+FLAT_WARNINGS = ("empty volume", "constant volume", "nearly constant volume")
 
 
 @dataclass

@@ -67,12 +67,46 @@ def nifti_files(folder: Path, what: str) -> dict[str, Path]:
             raise WorkspaceError(f"{folder}: {files[i].name} and {p.name} give the same id {i!r}")
         files[i] = p.resolve()
     if not files:
-        raise WorkspaceError(f"{folder}: no NIfTI files (*.nii, *.nii.gz) in the {what} folder" + _dicom_hint(folder))
+        hint = _dicom_hint(folder)
+        if hint:
+            raise WorkspaceError(f"{folder}: no NIfTI files (*.nii, *.nii.gz) in the {what} folder" + hint)
+        raise WorkspaceError(f"{folder}: no volumes in the {what} folder: init reads NIfTI files (*.nii, *.nii.gz) "
+                             f"and DICOM series, and found neither; {_found_instead(folder)}")
     bad = [problem for problem in map(unreadable, files.values()) if problem]
     if bad:
         raise WorkspaceError(f"{len(bad)} unreadable file(s) in the {what} folder:\n  " + "\n  ".join(bad[:20])
                              + (f"\n  ... and {len(bad) - 20} more" if len(bad) > 20 else ""))
     return files
+
+
+def _found_instead(folder: Path) -> str:
+    """What a folder without volumes holds instead, in words: NIfTI files one or two folders down (how
+    many, and where), other files (how many of each kind), or nothing. Why: "no NIfTI files" alone sent
+    users who gave the folder above their volumes looking for a broken file."""
+    nested: dict[Path, int] = {}
+    for pattern in ("*/*", "*/*/*"):  # two levels: a folder of patients' folders; deeper is not looked at
+        for p in folder.glob(pattern):
+            if p.name.endswith(NIFTI_SUFFIXES) and p.is_file():
+                nested[p.parent] = nested.get(p.parent, 0) + 1
+    if nested:
+        where = sorted(nested.items(), key=lambda kv: (-kv[1], str(kv[0])))
+        shown = ", ".join(f"{n} in {d.relative_to(folder)}/" for d, n in where[:3])
+        more = f", and {len(where) - 3} more folder(s)" if len(where) > 3 else ""
+        return (f"it holds {sum(nested.values())} NIfTI file(s) in sub-folders ({shown}{more}): give the folder "
+                "that holds the files themselves (one volume per file)")
+    others = [p for p in folder.iterdir() if p.is_file() and not p.name.startswith(".")]
+    if others:
+        kinds: dict[str, int] = {}
+        for p in others:
+            last = p.suffix.lower()
+            kind = "".join(p.suffixes[-2:]).lower() if last == ".gz" and len(p.suffixes) > 1 else last
+            kind = kind or "no extension"
+            kinds[kind] = kinds.get(kind, 0) + 1
+        listed = ", ".join(f"{n} {k}" for k, n in sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0]))[:4])
+        return f"it holds {len(others)} other file(s) ({listed}), e.g. {sorted(others)[0].name}"
+    if any(p.is_dir() for p in folder.iterdir()):
+        return "it holds only sub-folders, and no volume within two levels"
+    return "the folder is empty"
 
 
 def _dicom_hint(folder: Path) -> str:

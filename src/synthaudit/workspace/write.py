@@ -10,7 +10,7 @@ from pathlib import Path
 from .. import resources
 from ..io import write_json, write_tsv
 from ..resources import ESTIMATE_FILE
-from .checks import CT_WINDOW, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
+from .checks import CT_WINDOW, FLAT_WARNINGS, WARNINGS_FILE, WARNING_COLUMNS, check_volumes
 from .discover import (Inputs, MANIFEST_COLUMNS, WorkspaceError, build_manifest, check_case_collisions,
                        convert_dicom_inputs, is_dicom_folder, nifti_files, nnunet_inputs, within)
 from .estimate import class_names, derived_defaults, plan
@@ -114,6 +114,8 @@ def _write_workspace(target: Path, inp: Inputs, progress, staging: Path | None) 
         inp = convert_dicom_inputs(inp, staging / "data" / "converted", progress)
     inp = nnunet_inputs(inp, progress)
     rows, how = build_manifest(inp)
+    if staging is not None:  # the patients' table of converted series: named where it will be, not in the staging
+        how = how.replace(str(staging), str(target))
     synthetic = nifti_files(inp.synthetic, "synthetic")
     synthetic_labels = None
     if inp.synthetic_labels:
@@ -160,9 +162,20 @@ def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, 
     features = dict(params["features"])
     if astra_installed():  # what derived_defaults will write
         features["extractor"] = "astra_resnet152"
-    first = next(iter(synthetic.values()))
+    # an empty or constant sample has nothing to time (FRD's z-scoring divides by its zero spread): timed on
+    # the others, and in words where every sample is such (check_volumes warned about each one)
+    flat = {w["id"] for w in summary.get("warnings") or [] if w["role"] == "synthetic"
+            and w["warning"].startswith(FLAT_WARNINGS)}
+    usable = [path for i, path in synthetic.items() if i not in flat]
+    if not usable:
+        progress(f"  timing skipped: every sample is empty or constant ({len(flat)}; data/input_warnings.tsv), so "
+                 "there is nothing to time on; the estimate uses the constants instead")
+        return None
+    if flat:
+        progress(f"  {len(flat)} empty or constant sample(s) left out of the timing (data/input_warnings.tsv)")
+    first = usable[0]
     try:
-        return measure_costs(list(synthetic.values()), features, params["alignment"], _spacing_of(str(first)),
+        return measure_costs(usable, features, params["alignment"], _spacing_of(str(first)),
                              progress=progress, local_cfg=params["local"],
                              privacy_cfg=shipped["privacy"] if privacy_possible(rows)[0] else None,
                              labelled=_labelled_scan(inp, rows, summary))
