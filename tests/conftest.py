@@ -46,3 +46,14 @@ def nifti(tmp_path):
         return path
 
     return make
+
+
+@pytest.fixture
+def init_says_only_its_own(capfd):
+    """After a test of init's refusals (issue 66): nothing on the process's stderr, at the file-descriptor
+    level, that synthaudit did not write. The refusals are raised (or printed as ``synthaudit ...``), so a
+    stray line is a library's: ITK's GDCM warnings named SimpleITK's build folder before the refusal."""
+    capfd.readouterr()
+    yield
+    stray = [line for line in capfd.readouterr().err.splitlines() if line.strip() and not line.startswith("synthaudit")]
+    assert not stray, "lines on stderr that synthaudit did not write:\n" + "\n".join(stray[:20])

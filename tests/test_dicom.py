@@ -109,27 +109,27 @@ def test_a_changed_series_is_converted_again(tmp_path):
     np.testing.assert_array_equal(sitk.GetArrayFromImage(sitk.ReadImage(str(out))), _volume(seed=2))
 
 
-def test_two_series_in_one_folder_are_refused_naming_the_folder(tmp_path):
+def test_two_series_in_one_folder_are_refused_naming_the_folder(init_says_only_its_own, tmp_path):
     folder = write_series(tmp_path / "mixed", _volume(), uid="1.2.3.4.1", name="a{k:03d}.dcm")
     write_series(folder, _volume(), uid="1.2.3.4.2", name="b{k:03d}.dcm")
     with pytest.raises(dicom.DicomError, match=rf"{folder}: 2 DICOM series in one folder .*a folder of its own"):
         dicom.find_series(folder)
 
 
-def test_a_missing_slice_is_refused_as_uneven_spacing(tmp_path):
+def test_a_missing_slice_is_refused_as_uneven_spacing(init_says_only_its_own, tmp_path):
     folder = write_series(tmp_path / "gap", _volume(), skip=(3,))
     with pytest.raises(dicom.DicomError, match=rf"{folder}: uneven slice spacing: 5 mm between 002.dcm and 004.dcm "
                                                r"against 2.5 mm elsewhere \(a missing slice\?\)"):
         dicom.find_series(folder)
 
 
-def test_gantry_tilt_is_refused(tmp_path):
+def test_gantry_tilt_is_refused(init_says_only_its_own, tmp_path):
     folder = write_series(tmp_path / "tilt", _volume(), tilt_mm=0.4)  # 0.4 mm shear per 2.5 mm slice: 9.1 degrees
     with pytest.raises(dicom.DicomError, match=rf"{folder}: gantry tilt: the slices are sheared by 9.09 degrees"):
         dicom.find_series(folder)
 
 
-def test_one_slice_a_multi_frame_file_and_no_dicom_are_refused(tmp_path):
+def test_one_slice_a_multi_frame_file_and_no_dicom_are_refused(init_says_only_its_own, tmp_path):
     one = write_series(tmp_path / "one", _volume(shape=(1, 10, 12)))
     with pytest.raises(dicom.DicomError, match=rf"{one}: a single slice.*dcm2niix"):
         dicom.find_series(one)
@@ -146,7 +146,7 @@ def test_one_slice_a_multi_frame_file_and_no_dicom_are_refused(tmp_path):
         dicom.find_series(text)
 
 
-def test_compressed_pixel_data_is_read_where_a_codec_exists_and_refused_naming_the_syntax_where_not(tmp_path):
+def test_compressed_pixel_data_is_read_where_a_codec_exists_and_refused_naming_the_syntax_where_not(init_says_only_its_own, tmp_path):
     """JPEG 2000 lossless (GDCM's OpenJPEG) gives the source voxels; the same files declaring JPIP referenced
     pixel data (1.2.840.10008.1.2.4.94: the pixels are elsewhere, at a URL; no installed codec reads that)
     are refused naming the folder and the transfer syntax."""
@@ -272,7 +272,7 @@ def test_init_converts_dicom_folders_into_the_workspace_with_patients_from_patie
     assert not (tmp_path / "ws2").exists() and not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")]
 
 
-def test_series_without_patient_id_are_refused_only_where_the_patients_come_from_them(tmp_path):
+def test_series_without_patient_id_are_refused_only_where_the_patients_come_from_them(init_says_only_its_own, tmp_path):
     """A generator's samples carry no PatientID (or a dummy); real series without one are refused only
     where init would take the patients from them (no --patient-pattern or --patient-ids)."""
     from synthaudit.workspace import Inputs, write_workspace

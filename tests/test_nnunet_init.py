@@ -71,16 +71,16 @@ def test_init_nnunet_option_names_classes_and_takes_heldout_from_a_folder_given(
     assert "classes: [brain]" in (tmp_path / "ws/params.yaml").read_text()
 
 
-def test_init_refuses_a_multi_channel_nnunet_dataset_naming_its_channels(tmp_path, capsys):
+def test_init_refuses_a_multi_channel_nnunet_dataset_naming_its_channels(init_says_only_its_own, tmp_path, capfd):
     d = _folders(tmp_path / "in")
     nn = _as_nnunet(d, tmp_path / "Dataset003_Prostate", channels=("0000", "0001"))
     assert main(["init", str(tmp_path / "ws"), "--nnunet", str(nn), "--synthetic", str(d / "synthetic"),
                  "--registered"]) == 2
-    err = capsys.readouterr().err
+    err = capfd.readouterr().err
     assert f"{nn}: an nnU-Net dataset of 2 channels (0 (CH0000), 1 (CH0001))" in err
     assert not (tmp_path / "ws").exists()
     assert main(["init", str(tmp_path / "ws3"), "--nnunet", str(d), "--synthetic", str(d / "synthetic")]) == 2
-    assert "not an nnU-Net raw dataset (no imagesTr/ folder)" in capsys.readouterr().err
+    assert "not an nnU-Net raw dataset (no imagesTr/ folder)" in capfd.readouterr().err
 
 
 def test_the_committed_layout_equivalence_supports_what_own_data_md_says():

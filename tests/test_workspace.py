@@ -110,7 +110,7 @@ def test_init_turns_off_what_the_folders_cannot_support(tmp_path):
     assert "segmentation" not in p["datasets"]["audit"]
 
 
-def test_init_refuses_bad_folders_before_any_job_naming_the_file(tmp_path):
+def test_init_refuses_bad_folders_before_any_job_naming_the_file(init_says_only_its_own, tmp_path):
     d = _folders(tmp_path / "in")
     quiet = {"progress": lambda m: None}
     # a label map with a non-integer value
@@ -153,7 +153,7 @@ def _hu(d):
             save_volume(f, (nib.load(f).get_fdata() - 2.0) * 1000, AFFINE, dtype=np.float32)
 
 
-def test_init_refuses_single_files_in_other_units_naming_each(tmp_path):
+def test_init_refuses_single_files_in_other_units_naming_each(init_says_only_its_own, tmp_path):
     """One training scan scaled by 10^6 (int32) and one sample exported as 8-bit among volumes in
     HU-like units: each named with the likely cause, nothing written (every distance to them
     would compare units, not anatomy)."""
@@ -174,7 +174,7 @@ def test_init_refuses_single_files_in_other_units_naming_each(tmp_path):
     assert not (tmp_path / "ws").exists()
 
 
-def test_init_refuses_a_whole_sample_set_in_other_units(tmp_path):
+def test_init_refuses_a_whole_sample_set_in_other_units(init_says_only_its_own, tmp_path):
     """Samples left in a generator's [0, 1] range beside scans in HU-like units: each refused."""
     d = _folders(tmp_path / "in")
     _hu(d)
@@ -242,7 +242,7 @@ def test_init_compares_samples_with_the_windowed_scans_without_registered(tmp_pa
     assert not (tmp_path / "ws2").exists()
 
 
-def test_init_refuses_all_constant_training_scans(tmp_path):
+def test_init_refuses_all_constant_training_scans(init_says_only_its_own, tmp_path):
     d = _folders(tmp_path / "in")
     for k, f in enumerate(sorted((d / "training").glob("*.nii.gz"))):
         save_volume(f, np.full(SHAPE, float(k), np.float32), AFFINE)
@@ -250,7 +250,7 @@ def test_init_refuses_all_constant_training_scans(tmp_path):
         write_workspace(tmp_path / "ws", _inputs(d), progress=lambda m: None)
 
 
-def test_init_names_empty_and_unreadable_files_before_matching_label_maps(tmp_path):
+def test_init_names_empty_and_unreadable_files_before_matching_label_maps(init_says_only_its_own, tmp_path):
     """A 0-byte sample has no label map either; the cause is the empty file, said first."""
     d = _folders(tmp_path / "in")
     (d / "synthetic" / "zz_empty.nii.gz").write_bytes(b"")
@@ -264,7 +264,7 @@ def test_init_names_empty_and_unreadable_files_before_matching_label_maps(tmp_pa
     assert not (tmp_path / "ws").exists()
 
 
-def test_init_names_the_label_maps_beyond_the_declared_classes(tmp_path):
+def test_init_names_the_label_maps_beyond_the_declared_classes(init_says_only_its_own, tmp_path):
     d = _folders(tmp_path / "in")
     for name in ("labels/pat2_s1", "synthetic_labels/gen_b"):
         lab = np.asarray(nib.load(d / f"{name}.nii.gz").dataobj).copy()
@@ -278,7 +278,7 @@ def test_init_names_the_label_maps_beyond_the_declared_classes(tmp_path):
     assert "pat1_s0" not in str(e.value) and not (tmp_path / "ws").exists()
 
 
-def test_manifest_and_plan_refuse_case_collisions_and_a_single_training_scan(tmp_path):
+def test_manifest_and_plan_refuse_case_collisions_and_a_single_training_scan(init_says_only_its_own, tmp_path):
     for name in ("a", "A"):
         save_volume(tmp_path / f"{name}.nii.gz", np.ones(SHAPE, np.float32), AFFINE)
     (tmp_path / "m.tsv").write_text("id\timage\nscan_a\ta.nii.gz\nSCAN_A\tA.nii.gz\n")
