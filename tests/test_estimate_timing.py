@@ -3,6 +3,7 @@ and set beside the run's benchmark files in the verdict."""
 
 import json
 
+import numpy as np
 import pytest
 
 from synthaudit.review.timing import estimate_lines, estimate_rows, measured_seconds
@@ -282,13 +283,34 @@ def test_benchmarks_md_s_alignment_profile_is_the_committed_one():
     assert rows["descend"][1] + rows["_measured"][1] > 2 * ssim and f"SSIM time ({2 * ssim:.1f} s)" in page
 
 
+def test_timing_on_samples_too_small_to_time_says_why_in_words(tmp_path):
+    """Samples smaller than SSIM's window cannot be timed: the plan says so in words, without a Python
+    exception's name (issue 66)."""
+    from synthaudit.io import save_volume
+
+    rng = np.random.default_rng(0)
+    affine = np.diag([2.0, 2.0, 2.0, 1.0])
+    d = tmp_path / "in"
+    for p in range(6):
+        for s in range(2):
+            role = "training" if p < 4 else "heldout"
+            save_volume(d / role / f"pat{p}_s{s}.nii.gz", rng.random((4, 5, 4)).astype(np.float32), affine)
+    for k in range(3):
+        save_volume(d / "synthetic" / f"gen{k}.nii.gz", rng.random((4, 5, 4)).astype(np.float32), affine)
+    said = []
+    write_workspace(tmp_path / "ws", Inputs(training=d / "training", heldout=d / "heldout", synthetic=d / "synthetic",
+                                            registered=True, patient_pattern=r"^(pat\d+)_", timing=True),
+                    progress=said.append)
+    assert ("  timing failed (volumes of shape (4, 5, 4) are smaller than the SSIM window (11 voxels)); the "
+            "estimate uses the constants instead") in said, said
+
+
 @pytest.mark.parametrize("case", ["all_zero", "all_constant", "one_zero"])
 def test_timing_leaves_out_empty_and_constant_samples_and_says_so_in_words(tmp_path, monkeypatch, case):
     """init's timing on samples with nothing to time (issue 66): an all-zero or constant sample broke FRD's
     z-scoring ("timing failed (ValueError: arange: cannot compute length)"). Where every sample is such,
     the plan says why the estimate uses the constants; where some are, the others are timed."""
     import nibabel as nib
-    import numpy as np
 
     from synthaudit.workspace import timing
 

@@ -180,7 +180,9 @@ def _timed_costs(inp: Inputs, rows: list[dict], synthetic: dict, summary: dict, 
                              privacy_cfg=shipped["privacy"] if privacy_possible(rows)[0] else None,
                              labelled=_labelled_scan(inp, rows, summary))
     except Exception as e:  # the estimate is advice: a failure to time (memory, a missing encoder) must not stop init
-        progress(f"  timing failed ({type(e).__name__}: {e}); the estimate uses the constants instead")
+        # a ValueError is the data's (a volume smaller than SSIM's window): its message says why in words
+        why = str(e) if isinstance(e, ValueError) else f"{type(e).__name__}: {e}"
+        progress(f"  timing failed ({why}); the estimate uses the constants instead")
         return None
 
 
