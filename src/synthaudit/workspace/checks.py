@@ -123,9 +123,10 @@ def intensity_checks(records: list[Intensity], window: tuple[float, float] | Non
     varying = []
     for r in records:
         if r.vmin == r.vmax:
-            warn(r, "empty volume: every voxel is 0" if r.vmin == 0 else f"constant volume: every voxel is {r.vmin:g}")
+            empty, constant, _ = FLAT_WARNINGS
+            warn(r, f"{empty}: every voxel is 0" if r.vmin == 0 else f"{constant}: every voxel is {r.vmin:g}")
         elif r.p[0] == r.p[2]:
-            warn(r, f"nearly constant volume: {r.n_off} voxel(s) differ from {r.p[1]:g} (values {r.vmin:g} to "
+            warn(r, f"{FLAT_WARNINGS[2]}: {r.n_off} voxel(s) differ from {r.p[1]:g} (values {r.vmin:g} to "
                     f"{r.vmax:g})")
         else:
             varying.append(r)
