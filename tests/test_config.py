@@ -204,9 +204,10 @@ def test_schema_parsed_once_is_the_pure_python_parse_and_a_fresh_copy_each_call(
     schema file is parsed again."""
     from synthaudit import params_schema
 
-    pure = yaml.load(params_schema.SCHEMA_PATH.read_text(), Loader=yaml.SafeLoader)
-    assert params_schema._parsed(str(params_schema.SCHEMA_PATH.resolve()),
-                                 *(lambda st: (st.st_mtime_ns, st.st_size))(params_schema.SCHEMA_PATH.stat())) == pure
+    path = params_schema.SCHEMA_PATH
+    pure = yaml.load(path.read_text(), Loader=yaml.SafeLoader)
+    st = path.stat()
+    assert params_schema._parsed(str(path.resolve()), st.st_mtime_ns, st.st_size) == pure
     first = params_schema.load_schema()
     first["$defs"]["measure"]["enum"].append("not_a_measure")
     first["properties"].clear()
