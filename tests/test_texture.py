@@ -195,3 +195,58 @@ def test_scans_that_differ_in_sharpness_themselves_do_not_make_a_uniform_set_a_m
     assert "sharpness" in t["differs"]
     fit = matched_degradation(t, held_vols, seed=0)
     assert fit["blur_vox"] > 0.3 and fit["spread_ratio"]["sharpness"] < 3, fit
+
+
+def _matched_files(tmp_path, degradation, *, changed=None):
+    """Held-out scans, the matched null's copies of them (one changed if asked), their texture and the
+    held-out embeddings, as the workflow writes them."""
+    import json
+
+    from synthaudit.features.compare import save_embeddings
+    from synthaudit.io import save_volume
+
+    rng = np.random.default_rng(0)
+    ids, held, matched = ["h1", "h2", "h3"], [], []
+    for k, i in enumerate(ids):
+        vol = rng.random((6, 7, 5)).astype(np.float32)
+        held.append(str(tmp_path / f"held_{i}.nii.gz"))
+        matched.append(str(tmp_path / f"matched_{i}.nii.gz"))
+        save_volume(held[-1], vol, np.eye(4))
+        out = degrade(vol, degradation["blur_vox"], degradation["noise_sd"], k)
+        if changed == k:
+            out = out.copy()
+            out[0, 0, 0] += 1e-6
+        save_volume(matched[-1], out, np.eye(4))
+    texture = tmp_path / "texture.json"
+    texture.write_text(json.dumps({"degradation": degradation}))
+    emb = rng.normal(size=(3, 4)).astype(np.float32)
+    save_embeddings(tmp_path / "heldout.npz", ids, emb, {"name": "x", "grid_used": [1, 1, 1]})
+    return str(texture), str(tmp_path / "heldout.npz"), held, matched, ids, emb
+
+
+def test_the_matched_null_reads_the_held_out_embeddings_only_where_it_left_the_scans_as_they_are(tmp_path):
+    from synthaudit.relict.texture import leaves_unchanged, undegraded_embeddings
+
+    none = {"blur_vox": 0.0, "noise_sd": 0.0}
+    texture, held_npz, held, matched, ids, emb = _matched_files(tmp_path / "a", none)
+    assert leaves_unchanged(none) and not leaves_unchanged({"blur_vox": 0.4, "noise_sd": 0.0})
+    assert not leaves_unchanged({"blur_vox": 0.0, "noise_sd": 0.01})
+    got, meta = undegraded_embeddings(texture, held_npz, held, matched, ids)
+    assert np.array_equal(got, emb) and meta == {"name": "x", "grid_used": [1, 1, 1]}
+    # ids in another order: the encoder's batches would differ, so they are computed
+    assert undegraded_embeddings(texture, held_npz, held[::-1], matched[::-1], ids[::-1]) is None
+    # a degraded null, and a copy that is not its scan (one voxel), are computed
+    blurred = _matched_files(tmp_path / "b", {"blur_vox": 0.5, "noise_sd": 0.0})
+    assert undegraded_embeddings(*blurred[:5]) is None
+    changed = _matched_files(tmp_path / "c", none, changed=1)
+    assert undegraded_embeddings(*changed[:5]) is None
+
+
+def test_the_held_out_side_is_each_scans_texture_and_the_blur_curve():
+    from synthaudit.relict.texture import heldout_texture
+
+    vols = [scan(s, shape=(20, 22, 20)) for s in range(3)]
+    ids = ["h0", "h1", "h2"]
+    out = heldout_texture(vols, ids)
+    assert out["rows"] == [{"id": i, "role": "heldout", **volume_texture(v)} for i, v in zip(ids, vols)]
+    assert out["heldout_blur_curve"] == blur_curve(vols) and None not in out["heldout_blur_curve"]

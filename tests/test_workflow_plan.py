@@ -204,6 +204,20 @@ def test_calibration_needs_held_out_label_maps_for_the_segmentation_level(tiny, 
         f"results/relict/ncct_demo/matched/images/{s.id}.nii.gz" for s in plan.plans["ncct_demo"].heldout]
     assert plan.split_ids("ncct_demo", "matched") == [s.id for s in plan.plans["ncct_demo"].heldout]
     assert "ncct_demo" in plan.texture_datasets and plan.null_alignment_recall("ncct_demo", "rmse") == []
+    assert plan.texture_bases == ["ncct_demo"]  # the held-out side of the texture check, once per training set
+    # the matched split's embedding job may read the held-out embeddings, where something else makes them
+    held_scans = [f"results/preprocessed/ncct_demo/images/{s.id}.nii.gz" for s in plan.plans["ncct_demo"].heldout]
+    made = copy.deepcopy(p)
+    made["fidelity"]["enabled"] = True
+    made["relict"]["measures"] = ["rmse", "emb_rmse"]
+    made["datasets"]["ncct_demo"]["measures"] = ["rmse", "emb_rmse"]
+    plan_made = WorkflowPlan(made)
+    assert plan_made.fidelity_datasets == ["ncct_demo"]
+    assert plan_made.matched_embedding_reuse("ncct_demo") == [
+        "results/relict/ncct_demo/texture.json", "results/relict/features/ncct_demo/heldout.npz", *held_scans]
+    made["fidelity"]["enabled"] = False
+    made["anonymise"]["datasets"] = {}
+    assert WorkflowPlan(made).matched_embedding_reuse("ncct_demo") == []  # it would add the held-out job
     off = copy.deepcopy(p)
     off["relict"]["calibration"]["matched_null"] = False
     plan_off = WorkflowPlan(off)

@@ -127,6 +127,7 @@ class WorkflowPlan:
         self.matched_aligned_datasets = [d for d in self.matched_datasets
                                          if set(self.calibrated[d]) & set(self.aligned_measures)]
         self.texture_datasets = sorted(set(self.copies_datasets) | set(self.matched_datasets))
+        self.texture_bases = sorted({self.training_of[d] for d in self.texture_datasets})  # their held-out side
         # local replicas (relict.local): block-wise ratios, calibrated on the same held-out scans
         self.local = config["relict"]["local"]
         # the reviewed sets (the generator sweep's sets are scored for its curve only)
@@ -306,6 +307,17 @@ class WorkflowPlan:
         """The held-out scans degraded like this dataset's samples (the matched null's volumes)."""
         return [f"results/relict/{dataset}/matched/images/{s.id}.nii.gz"
                 for s in self.plans[self.training_of[dataset]].heldout]
+
+    def matched_embedding_reuse(self, dataset: str) -> list[str]:
+        """What the matched null's embedding job needs to read the held-out scans' embeddings where the
+        null left those scans as they are (synthaudit.relict.texture.undegraded_embeddings): the set's
+        texture, the training set's held-out embeddings and its held-out scans. [] where those
+        embeddings are made for nothing else (fidelity, anonymisation): reusing them never adds a job."""
+        base = self.training_of[dataset]
+        if base not in self.anonymise_datasets and not any(self.training_of[d] == base for d in self.fidelity_datasets):
+            return []
+        return [f"results/relict/{dataset}/texture.json", f"results/relict/features/{base}/heldout.npz",
+                *[f"results/preprocessed/{base}/images/{s.id}.nii.gz" for s in self.plans[base].heldout]]
 
     def heldout_source_patients(self, dataset: str) -> dict[str, str]:
         """Synthetic volumes made from a held-out scan (spiked non-replicas) -> that scan's patient."""

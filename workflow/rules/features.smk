@@ -5,6 +5,9 @@
 rule embed:
     input:
         images=lambda wc: split_images(wc.dataset, wc.split),
+        # the matched null's split: its texture, the held-out embeddings and scans, so that a null that
+        # left the scans as they are reads their embeddings instead of computing them again
+        reuse=lambda wc: PLAN.matched_embedding_reuse(wc.dataset) if wc.split == "matched" else [],
     output:
         "results/relict/features/{dataset}/{split}.npz",
     log:

@@ -465,12 +465,32 @@ rule relict_metrics:
         "../scripts/relict_metrics.py"
 
 
+# the held-out scans' side of that check (their texture and blur curve), once per training set
+rule relict_heldout_texture:
+    input:
+        heldout=lambda wc: preprocessed_images(wc.dataset, "heldout"),
+    output:
+        "results/relict/{dataset}/heldout/texture.json",
+    log:
+        "logs/relict_heldout_texture/{dataset}.log",
+    wildcard_constraints:
+        dataset=_alternatives(PLAN.texture_bases),
+    conda:
+        "../../envs/relict.yaml"
+    threads: 1
+    resources:
+        mem_mb=3000,
+    script:
+        "../scripts/relict_heldout_texture.py"
+
+
 # the synthetic set's smoothness and noise against the held-out scans that calibrate its calls
 # (synthaudit.relict.texture): a generator's samples are smoother than scans, and calls calibrated
 # on sharp scans may not hold their false-positive rate on them; the verdict says so
 rule relict_texture:
     input:
         synthetic=lambda wc: synthetic_images(wc.dataset),
+        heldout_texture=lambda wc: f"results/relict/{TRAINING_OF[wc.dataset]}/heldout/texture.json",
         heldout=lambda wc: preprocessed_images(TRAINING_OF[wc.dataset], "heldout"),
     output:
         summary="results/relict/{dataset}/texture.json",

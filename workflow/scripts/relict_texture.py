@@ -1,25 +1,26 @@
 """Snakemake adapter: the synthetic set's smoothness and noise against the held-out scans'
-(synthaudit.relict.texture), per volume (texture.tsv) and per set (texture.json), with the blur
-and noise that degrade the held-out scans to the samples' texture (the matched null's)."""
+(synthaudit.relict.texture; the held-out side from relict_heldout_texture), per volume (texture.tsv)
+and per set (texture.json), with the blur and noise that degrade the held-out scans to the samples'
+texture (the matched null's)."""
+
+import json
 
 from synthaudit.io import load_volume, write_json, write_tsv
 from synthaudit.logs import logged
-from synthaudit.relict.texture import (blur_curve, compare_sets, matched_degradation, texture_line,
-                                       volume_texture)
+from synthaudit.relict.texture import compare_sets, matched_degradation, texture_line, volume_texture
 
 with logged(snakemake.log[0]) as log:
-    rows, held_volumes = [], []
-    for role, paths in (("heldout", snakemake.input.heldout), ("synthetic", snakemake.input.synthetic)):
-        for path in paths:
-            vol = load_volume(path)[0]
-            rows.append({"id": path.rsplit("/", 1)[-1].removesuffix(".nii.gz"), "role": role, **volume_texture(vol)})
-            if role == "heldout":
-                held_volumes.append(vol)
-    log.info("texture of %d held-out scans and %d synthetic volumes; blurring the held-out scans",
-             len(held_volumes), len(rows) - len(held_volumes))
-    curve = blur_curve(held_volumes)
+    held = json.loads(open(snakemake.input.heldout_texture).read())
+    rows = list(held["rows"])
+    for path in snakemake.input.synthetic:
+        vol = load_volume(path)[0]
+        rows.append({"id": path.rsplit("/", 1)[-1].removesuffix(".nii.gz"), "role": "synthetic",
+                     **volume_texture(vol)})
+    held_volumes = [load_volume(path)[0] for path in snakemake.input.heldout]  # the matched null's fit
+    log.info("texture of %d held-out scans (%s) and %d synthetic volumes", len(held_volumes),
+             snakemake.input.heldout_texture, len(rows) - len(held["rows"]))
     summary = compare_sets([r for r in rows if r["role"] == "synthetic"], [r for r in rows if r["role"] == "heldout"],
-                           curve, percentiles=snakemake.params.percentiles)
+                           held["heldout_blur_curve"], percentiles=snakemake.params.percentiles)
     summary["degradation"] = matched_degradation(summary, held_volumes, snakemake.params.seed)
     write_tsv(snakemake.output.table, rows, ["id", "role", "noise_sd", "sharpness", "n_voxels"])
     write_json(snakemake.output.summary, summary)

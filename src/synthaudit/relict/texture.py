@@ -78,6 +78,15 @@ def blur_curve(volumes: list[np.ndarray], sigmas=BLUR_SIGMAS_VOX) -> list[float 
     return out
 
 
+def heldout_texture(volumes: list[np.ndarray], ids: list[str]) -> dict:
+    """The held-out scans' side of the smoothness check: each scan's texture (rows as texture.tsv's)
+    and their blur curve. Why apart: it depends on the training set's held-out scans only, and every
+    synthetic set audited against that training set used to compute it again (the demo: six NCCT sets,
+    about 8 s each, mostly the curve's 8 blurs of 22 scans)."""
+    return {"rows": [{"id": i, "role": "heldout", **volume_texture(v)} for i, v in zip(ids, volumes, strict=True)],
+            "heldout_blur_curve": blur_curve(volumes)}
+
+
 def effective_blur(sharpness: float, sigmas, curve) -> float | None:
     """The sigma (voxels) at which the held-out curve reaches ``sharpness``: 0 when the samples are
     as sharp as the scans or sharper, the largest sigma when they are smoother than every step."""
@@ -282,3 +291,43 @@ def matched_degradation(summary: dict, heldout: list[np.ndarray], seed: int) -> 
                            "them, scans as they are", spread_ratio=spreads, fit=out)
     out["reason"] = "the samples' " + " and ".join(summary["differs"]) + " lie outside the held-out scans' range"
     return out
+
+
+def leaves_unchanged(degradation: dict) -> bool:
+    """Whether :func:`degrade` with this fit (texture.json's ``degradation``) returns every held-out
+    scan as it is: no blur and no noise. The matched null's volumes are then the held-out scans, and
+    what was computed on those (their embeddings) holds for them bit for bit."""
+    return float(degradation.get("blur_vox") or 0.0) <= 0.0 and float(degradation.get("noise_sd") or 0.0) <= 0.0
+
+
+def undegraded_embeddings(texture_json: str, heldout_embeddings: str, heldout_scans: list[str],
+                          matched_scans: list[str], ids: list[str]):
+    """The matched null's embeddings read from the held-out scans' own, where the set's matched null
+    left every scan as it is; ``None`` where it did not (then they are computed).
+
+    Why: the matched null embeds a synthetic set's held-out scans again, once per set. When the samples
+    look like scans (inside their range) or are a mixture, nothing is degraded, and each of those jobs
+    recomputed the held-out embeddings: in the demo, every set (5 jobs, about 100 of its encoder's
+    270 job-seconds). Reused only when the fit is none, every matched volume equals its held-out scan
+    (voxels and affine) and the ids are the held-out file's, in its order (so the encoder's batches were
+    the same); the caller writes them with the held-out file's meta, as the encoder would have.
+
+    Returns:
+        ``(embeddings, meta)`` or ``None``.
+    """
+    import json
+
+    from ..features.compare import load_embeddings
+    from ..io import load_volume
+
+    with open(texture_json) as f:
+        if not leaves_unchanged(json.load(f)["degradation"]):
+            return None
+    held_ids, emb, meta = load_embeddings(heldout_embeddings)
+    if list(held_ids) != list(ids) or len(heldout_scans) != len(matched_scans) or len(ids) != len(matched_scans):
+        return None
+    for held, matched in zip(heldout_scans, matched_scans, strict=True):
+        (a, a_affine), (b, b_affine) = load_volume(held), load_volume(matched)
+        if a.dtype != b.dtype or not np.array_equal(a, b) or not np.array_equal(a_affine, b_affine):
+            return None
+    return emb, meta
