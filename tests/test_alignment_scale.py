@@ -168,6 +168,7 @@ def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
     assert len(out["coarse_to_fine_vs_full_resolution"]["pairs"]) >= 1
 
 
+@pytest.mark.slow  # the bench's plumbing, 77 s of make test's 552 (2026-12-02): make test-e2e runs it
 def test_scale_bench_at_k_at_least_n_is_checked_against_twice_the_candidates():
     """K >= n (issue 31 part 3): no block-mean estimate stage, and the reference aligns 2K
     candidates, so the output says whether K held the n closest aligned distances."""
