@@ -66,3 +66,45 @@ def test_machine_speed_is_recorded_or_explained(monkeypatch):
 
     monkeypatch.setattr(floor, "machine_rates", broken)
     assert loop.machine_speed(2) == {"error": "RuntimeError: no torch here"}
+
+
+def test_add_before_puts_another_clones_demo_beside_the_file(tmp_path):
+    import json
+    import subprocess
+
+    from synthaudit_bench.loop import main
+
+    clone = tmp_path / "clone"
+    (clone / ".snakemake/log").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(clone)], check=True)
+    subprocess.run(["git", "-C", str(clone), "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q",
+                    "--allow-empty", "-m", "x"], check=True)
+    commit = subprocess.run(["git", "-C", str(clone), "rev-parse", "HEAD"], capture_output=True, text=True,
+                            check=True).stdout.strip()
+    log = clone / ".snakemake/log/run.snakemake.log"
+    log.write_text(LOG)
+    out = tmp_path / "loop.json"
+    out.write_text(json.dumps({"commit": "after", "figures": {"demo_s": 1.0}}))
+    assert main(["--add-before", str(log), "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["figures"] == {"demo_s": 1.0} and report["commit"] == "after"  # the file's own run is kept
+    before = report["before"]
+    assert before["commit"] == commit and before["log_wall_s"] == 10.0 and before["jobs"] == 4
+    assert before["job_seconds"] == 14 and before["seconds_with_k_jobs"] == {"1": 6.0, "2": 4.0}
+    assert {r["rule"] for r in before["rules"]} == {"a", "b", "c"}
+
+
+def test_the_pages_loop_table_equals_the_committed_loop_json():
+    import json
+    import sys
+
+    from synthaudit_bench import loop
+    from workflow_helpers import ROOT
+
+    sys.path.insert(0, str(ROOT / "bench"))
+    import doc_table
+
+    page = (ROOT / loop.PAGE).read_text()
+    table = loop.page_table(json.loads((ROOT / "results/bench/loop.json").read_text()))
+    assert doc_table.page_with_table(page, loop.MARKERS, table) == page, (
+        f"{loop.PAGE}'s before/after table differs from results/bench/loop.json: run `{loop.MARKERS[0][17:-4]}`")

@@ -253,6 +253,70 @@ def _timed(cmd: list[str], cwd: Path, log: Path, monitor: Monitor | None = None)
     return time.perf_counter() - start, rc
 
 
+def log_figures(log: Path) -> dict:
+    """What a finished demo's Snakemake log says: its wall time (first start to last finish), jobs,
+    job-seconds, concurrency and the rule table, as the loop records its own demo."""
+    jobs = parse_snakemake_log(log)
+    if not jobs:
+        raise ValueError(f"{log}: no finished job in this Snakemake log")
+    wall = (max(j.end for j in jobs) - min(j.start for j in jobs)).total_seconds()
+    return {"log": str(log), "log_wall_s": wall, "jobs": len(jobs), "job_seconds": round(sum(j.seconds for j in jobs)),
+            **timeline(jobs), "rules": rule_table(jobs)}
+
+
+def add_before(log: Path, out: Path) -> int:
+    """``--add-before``: the other clone's demo beside this file's, with that clone's commit."""
+    import json
+
+    report = json.loads(out.read_text())
+    clone = log.resolve().parents[2]  # <clone>/.snakemake/log/<file>
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True).stdout.strip()
+    report["before"] = {"commit": commit, "clone": str(clone), **log_figures(log)}
+    write_json(out, report)
+    print(f"{out}: before = {commit[:10]}, {report['before']['log_wall_s']:.0f} s of log, "
+          f"{report['before']['jobs']} jobs")
+    return 0
+
+
+PAGE = "docs/benchmarks.md"
+MARKERS = ("<!-- loop_table: PYTHONPATH=bench .venv/bin/python -m synthaudit_bench.loop --doc --write -->",
+           "<!-- /loop_table -->")
+# the rules whose work issue 62's demo changes moved (the matched null's embeddings, the texture check's held-out
+# side, FRD's features on one thread), and the demo's largest
+PAGE_RULES = (("embed", "encoder (embed)"), ("radiomics", "FRD whole-volume features (radiomics)"),
+              ("radiomics_classes", "FRD within label classes"),
+              ("relict_texture", "texture check (relict_texture)"),
+              ("relict_heldout_texture", "its held-out side, once per training set (relict_heldout_texture)"),
+              ("preprocess_scan_labelled", "registration (preprocess_scan_labelled)"),
+              ("privacy_train", "privacy filters' training"))
+
+
+def page_table(report: dict) -> str:
+    """docs/benchmarks.md's before/after table of the demo (``--add-before``'s run against this file's)."""
+    before, after = report["before"], report["figures"]
+
+    def span(f: dict) -> float:  # first job's start to last job's end, from the log
+        return sum(f["seconds_with_k_jobs"].values())
+
+    def rule(f: dict, name: str) -> str:
+        row = next((r for r in f["rules"] if r["rule"] == name), None)
+        if row is None:
+            return "-"
+        return f"{row['job_seconds']:,.0f} ({row['jobs']} jobs, {row['threads']} thread{'s' * (row['threads'] > 1)})"
+
+    rows = [("jobs", f"{before['jobs']}", f"{after['jobs']}"),
+            ("first job's start to last job's end (s)", f"{span(before):,.0f}", f"{span(after):,.0f}"),
+            ("seconds with one job running", f"{before['seconds_with_k_jobs'].get('1', 0):,.0f}",
+             f"{after['seconds_with_k_jobs'].get('1', 0):,.0f}"),
+            ("job-seconds, every job", f"{before['job_seconds']:,}", f"{after['job_seconds']:,}"),
+            *((f"job-seconds: {label}", rule(before, name), rule(after, name)) for name, label in PAGE_RULES),
+            ("`make demo` (s)", "-", f"{after['demo_s']:,.0f}"),
+            ("`make test` (s)", "-", f"{after['test_s']:,.0f} ({after['test_summary']})" if "test_s" in after else "-")]
+    head = (f"| figure | before ({before['commit'][:7]}) | after ({report['commit'][:7]}) |\n"
+            "|---|---|---|\n")
+    return head + "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthaudit_bench.loop", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", default=".", help="repository to clone (its committed HEAD)")
@@ -263,7 +327,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-test", action="store_true")
     parser.add_argument("--profile-master", action="store_true",
                         help="py-spy the Snakemake master during the demo (raw stacks beside --out)")
+    parser.add_argument("--add-before", metavar="LOG",
+                        help="run nothing: add the demo of another clone (its Snakemake LOG, its commit from that "
+                             "clone) to --out as 'before', for a before/after of one change on one host")
+    parser.add_argument("--doc", action="store_true", help=f"run nothing: check {PAGE}'s before/after table against "
+                                                          "results/bench/loop.json (--write: write it)")
+    parser.add_argument("--write", action="store_true", help="with --doc: write the table")
     args = parser.parse_args(argv)
+    if args.add_before:
+        return add_before(Path(args.add_before), Path(args.out))
+    if args.doc:
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+        import doc_table
+
+        return doc_table.doc(PAGE, "results/bench/loop.json", MARKERS, page_table, args.write, MARKERS[0][17:-4])
 
     repo, out = Path(args.repo).resolve(), Path(args.out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)  # the logs go beside the figures from the start
