@@ -324,10 +324,10 @@ def undegraded_embeddings(texture_json: str, heldout_embeddings: str, heldout_sc
         if not leaves_unchanged(json.load(f)["degradation"]):
             return None
     held_ids, emb, meta = load_embeddings(heldout_embeddings)
-    if list(held_ids) != list(ids) or len(heldout_scans) != len(matched_scans) or len(ids) != len(matched_scans):
+    if held_ids != list(ids) or not len(ids) == len(heldout_scans) == len(matched_scans):
         return None
-    for held, matched in zip(heldout_scans, matched_scans, strict=True):
-        (a, a_affine), (b, b_affine) = load_volume(held), load_volume(matched)
-        if a.dtype != b.dtype or not np.array_equal(a, b) or not np.array_equal(a_affine, b_affine):
+    for held, matched in zip(heldout_scans, matched_scans):
+        (a, a_affine), (b, b_affine) = load_volume(held), load_volume(matched)  # float32, as the encoder reads them
+        if not (np.array_equal(a, b) and np.array_equal(a_affine, b_affine)):
             return None
     return emb, meta
