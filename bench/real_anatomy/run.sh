@@ -53,9 +53,8 @@ case "$MODE" in
     init "$STUDY" "$COHORT/ratings_plain.tsv"
     (cd "$STUDY" && "$BIN/snakemake" --cores all feature_study_all)
     mkdir -p "$ROOT/results/bench"
-    for ext in md tsv; do
-      cp "$STUDY/results/feature_study/table.$ext" "$ROOT/results/bench/real_anatomy_feature_study_$NAME.$ext"
-    done
+    # the table the docs link (its TSV stays in the study's workspace: one file per claim)
+    cp "$STUDY/results/feature_study/table.md" "$ROOT/results/bench/real_anatomy_feature_study_$NAME.md"
     echo "real-anatomy feature study: results/bench/real_anatomy_feature_study_$NAME.md"
     ;;
   *) echo "usage: $0 [audit|blur|feature-study]" >&2; exit 2 ;;
