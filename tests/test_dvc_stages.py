@@ -38,7 +38,8 @@ def test_every_script_a_stage_runs_is_one_of_its_deps():
 def test_every_params_key_the_relict_rules_read_is_a_stage_param():
     # relict.calibration decides the calibrated calls; a change must re-run the relict stage
     # (the datasets and measures each stage plans with are read by synthaudit.workflow_plan)
-    files = ["workflow/rules/relict.smk", "workflow/rules/recall.smk", "workflow/rules/common.smk",
+    files = [*(f"workflow/rules/relict{part}.smk" for part in ("", "_null", "_review", "_local")),
+             "workflow/rules/recall.smk", "workflow/rules/common.smk",
              "src/synthaudit/workflow_plan.py"]
     text = "".join((ROOT / f).read_text() for f in files)
     params = DVC["stages"]["relict"]["params"]

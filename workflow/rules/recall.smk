@@ -1,6 +1,6 @@
 # Generative-model recall and memorisation (Dombrowski et al. 4.3, Table 4): which
 # training volumes the synthetic set covers, against held-out real volumes as the
-# reference. Reads the held-out real volumes' distances to the training set (relict.smk:
+# reference. Reads the held-out real volumes' distances to the training set (relict_null.smk:
 # computed once per training set with the same measure code as RELICT).
 
 
