@@ -91,6 +91,23 @@ def test_alpha_precision_and_beta_recall_follow_the_authors_reference_code():
     assert good["alpha_precision"] > collapsed["alpha_precision"] and good["beta_recall"] > collapsed["beta_recall"]
 
 
+def test_alpha_beta_from_a_real_set_computed_once_are_the_same_bits_for_every_subset():
+    """The bootstrap computes the real side once (measures.RealSet) and each sample's distance to the real
+    mean once; every replicate's rows must then give what the measure computed from the arrays gives."""
+    rng = np.random.default_rng(4)
+    real = rng.normal(size=(30, 257)).astype(np.float32)  # float32 as the stored embeddings
+    fake = rng.normal(scale=1.1, size=(25, 257)).astype(np.float32)
+    rr, rf = fm.distances(real, real), fm.distances(real, fake)
+    support = fm.real_set(real, 17, rr=rr)
+    fake64 = np.asarray(fake, np.float64)
+    to_centre = support.to_centre(fake64)
+    for rows in (np.arange(25), np.unique(rng.integers(0, 25, 25)), np.array([3, 1, 1, 7, 20])):
+        plain = fm.alpha_beta_authenticity(real, fake[rows], 17, rr=rr, rf=rf[:, rows])
+        once = fm.alpha_beta_authenticity(support, fake64[rows], rf=rf[:, rows], fake_to_centre=to_centre[rows])
+        assert once == plain  # floats compared exactly, lists element by element
+        assert fm.alpha_beta_authenticity(support, fake[rows]) == fm.alpha_beta_authenticity(real, fake[rows], 17)
+
+
 def test_authenticity_flags_copies_of_real_samples_and_keeps_new_ones():
     rng = np.random.default_rng(3)
     real = rng.normal(size=(50, 5))

@@ -89,15 +89,17 @@ def _distributions(real: Embedded, other: Embedded, t=slice(None), o=slice(None)
 
 def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None), whole: bool = True) -> dict:
     """Every measure of ``other`` (rows ``o``) against ``real`` (training), one number each; ``d``: the
-    sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), computed once, not per replicate;
+    sets' :func:`~.measures.distances` (``rr``, ``ff``, ``rf``), ``other``'s rows in float64, the real
+    side's :class:`~.measures.RealSet` (``real``) and each row's distance to its mean (``to_centre``),
+    computed once, not per replicate;
     ``whole``: with the distributions' measures (a replicate resamples those itself)."""
     out = _distributions(real, other, o=o) if whole else {}
-    g = other.near[o]
+    g = d["other"][o]
     rf = d["rf"][:, o]
     k = int(s["prdc_k"])
     if min(len(real.near), len(g)) > k:
-        out.update(fm.prdc(real.near, g, k=k, rr=d["rr"], ff=d["ff"][o][:, o], rf=rf))
-    ab = fm.alpha_beta_authenticity(real.near, g, int(s["alpha_steps"]), rr=d["rr"], rf=rf)
+        out.update(fm.prdc(d["real"].x, g, k=k, rr=d["rr"], ff=d["ff"][o][:, o], rf=rf))
+    ab = fm.alpha_beta_authenticity(d["real"], g, rf=rf, fake_to_centre=d["to_centre"][o])
     out.update({key: ab[key] for key in ("alpha_precision", "beta_recall", "authenticity")})
     return out
 
@@ -141,7 +143,11 @@ def with_ci(train: Embedded, other: Embedded, s: dict, seed: int, rr: np.ndarray
     """``{measure: {"value", "ci": [lo, hi], "n_replicates"}}`` of ``other`` against ``train``
     (``rr``: the training scans' distances, where the caller has them)."""
     d = {"rr": fm.distances(train.near, train.near) if rr is None else rr,
-         "ff": fm.distances(other.near, other.near), "rf": fm.distances(train.near, other.near)}
+         "ff": fm.distances(other.near, other.near), "rf": fm.distances(train.near, other.near),
+         "other": np.asarray(other.near, np.float64)}
+    # what the real side and each sample's distance to its mean give every replicate (measures.RealSet)
+    d["real"] = fm.real_set(train.near, int(s["alpha_steps"]), rr=d["rr"])
+    d["to_centre"] = d["real"].to_centre(d["other"])
     point = _point(train, other, s, d)
     boot = s["bootstrap"]
     rng = np.random.default_rng(seed)
