@@ -52,7 +52,7 @@ def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(
     _bench(tmp_path, "privacy_train/audit/image/retrieval.tsv", [30])
     # the local level and the filters are modelled, but this estimate (written before they were) has
     # neither: shown with the rest
-    assert estimate_lines(tmp_path, "audit")[-1] == ("    not in the estimate: FRD within label classes 0.2, local "
+    assert estimate_lines(tmp_path, "audit")[-2] == ("    not in the estimate: FRD within label classes 0.2, local "
                                                      "level 0.5, privacy filters' training 2.0, U-Net (training, "
                                                      "prediction) 3.0")
     est = json.loads((tmp_path / "data/estimate.json").read_text())
@@ -65,10 +65,38 @@ def test_the_verdict_sets_each_stage_s_measured_job_seconds_beside_the_estimate(
     assert "    local level: estimated 0.3, measured 0.5 (1.50x)" in lines
     assert "    privacy filters' training: estimated 1.7 (between 1.0 and 2.3), measured 2.0 (1.20x)" in lines
     assert "    FRD within label classes: estimated 0.2, measured 0.2 (1.20x)" in lines
-    assert lines[-1] == "    not in the estimate: U-Net (training, prediction) 3.0"
+    assert lines[-2] == "    not in the estimate: U-Net (training, prediction) 3.0"
+    # the whole run: every file was written just now, so the jobs overlap and the longest (embed/other) is the
+    # wall; the estimate's stages (2 CPUs: one 2-thread job at a time) sum to 15.7 minutes
+    assert lines[-1].startswith("    the whole run: wall 16.7 min, estimated 15.7 (1.06x; ")
+    assert lines[-1].endswith(", with the stages not in the estimate)")
     assert estimate_rows(tmp_path, "other") is None  # the estimate is the audit's only
     (tmp_path / "data/estimate.json").unlink()
     assert estimate_lines(tmp_path, "audit") == []  # the demo: no estimate, no line
+
+
+def test_the_whole_run_s_wall_time_is_its_jobs_intervals_without_the_pauses_between_invocations(tmp_path):
+    """run_wall_seconds: the union of the jobs' [end - seconds, end] (end: the benchmark file's modification
+    time), short gaps counted (the local rules between jobs), a pause of over PAUSE_S (a re-run an hour later)
+    left out; the estimate's whole run: its stages' job-seconds, cores // 2 jobs at a time."""
+    import os
+
+    from synthaudit.review.timing import PAUSE_S, estimated_wall_seconds, run_wall_seconds
+
+    assert run_wall_seconds(tmp_path) is None
+    t0 = 1_800_000_000.0
+    jobs = {"a/x.tsv": (0, 10), "a/y.tsv": (5, 20), "b/z.tsv": (50, 110),  # 30 s between: counted
+            "c/rerun.tsv": (110 + PAUSE_S + 1000, 110 + PAUSE_S + 1030)}  # the next day's re-run of one job
+    for rel, (start, end) in jobs.items():
+        _bench(tmp_path, rel, [end - start])
+        os.utime(tmp_path / "benchmarks" / rel, (t0 + end, t0 + end))
+    (tmp_path / "benchmarks/notes.tsv").write_text("what\nnot a benchmark\n")  # no 's' column: not a job
+    assert run_wall_seconds(tmp_path) == pytest.approx(110 + 30)
+    assert run_wall_seconds(tmp_path, pause_s=10_000) == pytest.approx(110 + PAUSE_S + 1030)
+    assert run_wall_seconds(tmp_path, pause_s=20) == pytest.approx(20 + 60 + 30)
+    est = {"stages_s": {"a": 600.0, "b": 300.0}}
+    assert estimated_wall_seconds(est) == 900.0  # an estimate without cores: init's 2-core machine
+    assert estimated_wall_seconds({**est, "cores": 8}) == 225.0 and estimated_wall_seconds({**est, "cores": 1}) == 900.0
 
 
 def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):

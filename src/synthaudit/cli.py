@@ -69,11 +69,14 @@ def _init(args) -> int:
     else:
         how = (f"shortlist search above {sr['threshold']:,} pairs (relict.search): {sr['k']} candidates per volume, "
                f"{sr['pairs']:,} pairs computed, {sr['sample']} volumes also searched exhaustively to measure its recall")
+    from .review.timing import estimated_wall_seconds
+
     est = p["estimate"]
     print(f"  work: {p['pairs']:,} volume pairs per measure; {how}")
     print("  time (job-minutes on 2 threads; " + est["how"] + (f", {est['machine']}" if est["machine"] else "")
           + "; the segmentation U-Net and FRD within label classes extra): "
           + "; ".join(f"{stage} {seconds / 60:.1f}" for stage, seconds in est["stages_s"].items())
+          + f"; the whole run about {estimated_wall_seconds(est) / 60:.0f} min on this machine"
           + f" (written to {d}/data/estimate.json; the verdict sets the measured times beside them)")
     der = p.get("derived")
     if der:

@@ -4,7 +4,8 @@ Why: an estimate nobody checks drifts unseen (a 1.5 mm head CT's alignment was e
 took about an hour). ``synthaudit init`` writes its estimate per stage to ``data/estimate.json``; the
 workflow's jobs write Snakemake benchmark files (``benchmarks/<rule>/...``: wall seconds per job). The
 verdict sets the two side by side, summing the jobs of each stage as the estimate counts them
-(job-seconds, each job on its own threads, whatever ran in parallel).
+(job-seconds, each job on its own threads, whatever ran in parallel), and then the whole run's wall time
+beside the estimate's (issue 62): what a user waits, unestimated stages and scheduling included.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 from pathlib import Path
 
 from ..resources import ESTIMATE_FILE
-from .tables import combine_benchmarks, read_benchmark
+from .tables import ReviewError, combine_benchmarks, read_benchmark
 
 IMAGE_MEASURES = ("mae", "rmse", "ssim")
 
@@ -47,6 +48,43 @@ def measured_seconds(root: str | Path, dataset: str, stages: dict | None = None)
         if files:  # tables.read_benchmark: repeats averaged, psutil's "-"/NA tolerated
             out[stage] = combine_benchmarks([read_benchmark(f) for f in files])["s"]
     return out
+
+
+# a stretch this long with no job running is a pause between two invocations (the first run, then a re-run
+# after a params.yaml change), not the run's time; within a run, only the light local rules run unbenchmarked
+# (seconds)
+PAUSE_S = 60.0
+
+
+def run_wall_seconds(root: str | Path, pause_s: float = PAUSE_S) -> float | None:
+    """The run's wall time from its jobs' benchmark files (``benchmarks/**/*.tsv``): the union of the jobs'
+    intervals (a file's modification time less its seconds, to that time), gaps under ``pause_s`` counted
+    (the local rules between jobs), longer ones left out. A re-run job replaces its file, so this is the wall
+    time of the jobs whose results are the current ones, over however many invocations made them; None
+    without a benchmark file."""
+    spans = []
+    for f in (Path(root) / "benchmarks").rglob("*.tsv"):
+        try:
+            seconds = read_benchmark(f)["s"]
+        except ReviewError:  # not a benchmark file: not a job's time
+            continue
+        end = f.stat().st_mtime
+        spans.append((end - seconds, end))
+    if not spans:
+        return None
+    spans.sort()
+    total, (lo, hi) = 0.0, spans[0]
+    for a, b in spans[1:]:
+        if a > hi + pause_s:  # a pause: close the stretch
+            total, lo = total + hi - lo, a
+        hi = max(hi, b)
+    return total + hi - lo
+
+
+def estimated_wall_seconds(est: dict) -> float:
+    """The estimate's whole run: its stages' job-seconds (jobs on 2 threads) run ``cores // 2`` at a time on
+    the machine init ran on (``cores`` in data/estimate.json; estimates written before it: 2)."""
+    return sum(float(v) for v in est["stages_s"].values()) / max(1, int(est.get("cores") or 2) // 2)
 
 
 def _estimate(root: str | Path, dataset: str) -> dict | None:
@@ -100,4 +138,9 @@ def estimate_lines(root: str | Path, dataset: str) -> list[str]:
     rest.update(measured_seconds(root, dataset, UNESTIMATED_BENCHMARKS))
     if rest:
         lines.append("    not in the estimate: " + ", ".join(f"{stage} {s / 60:.1f}" for stage, s in rest.items()))
+    wall, planned = run_wall_seconds(root), estimated_wall_seconds(est)
+    if wall is not None and planned > 0:
+        lines.append(f"    the whole run: wall {wall / 60:.1f} min, estimated {planned / 60:.1f} ({wall / planned:.2f}x; "
+                     f"the wall time is the jobs' own, from the first to the last, up to this verdict"
+                     + (", with the stages not in the estimate" if rest else "") + ")")
     return lines

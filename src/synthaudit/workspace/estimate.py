@@ -4,6 +4,7 @@ cost plan it prints, with the search the workflow will choose (relict.search.sea
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -404,5 +405,6 @@ def plan(inp: Inputs, rows: list[dict], how: str, synthetic: dict, summary: dict
             "calibrated": len(heldout) >= MIN_HELDOUT_AT_5_PERCENT, "pairs": pairs, "search": search,
             "estimate_cpu_minutes": round(seconds / 60, 1), "summary": summary,
             "estimate": {"stages_s": {k: round(v, 1) for k, v in stages.items()}, "ranges_s": ranges,
-                         "how": costs["how"], "machine": costs["machine"], "costs": costs},
+                         "how": costs["how"], "machine": costs["machine"], "cores": os.cpu_count() or 1,
+                         "costs": costs},
             "warning": intensity_warning(summary), "derived": derived}
