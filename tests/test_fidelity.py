@@ -108,6 +108,99 @@ def test_alpha_beta_from_a_real_set_computed_once_are_the_same_bits_for_every_su
         assert fm.alpha_beta_authenticity(support, fake[rows]) == fm.alpha_beta_authenticity(real, fake[rows], 17)
 
 
+def _rescanned(rng, n_patients=15, d=6, rescan=0.05):
+    """Two scans per patient: a baseline and a rescan a little away (what a training set holds)."""
+    base = rng.normal(size=(n_patients, d))
+    real = np.vstack([base, base + rescan * rng.normal(size=(n_patients, d))])
+    return real, [f"p{k}" for k in range(n_patients)] * 2
+
+
+def test_with_one_scan_per_patient_the_patient_aware_measures_are_the_same_bits():
+    """Leave-patient-out changes nothing where each patient has one scan: PRDC, α/β and authenticity equal
+    today's numbers exactly, whichever way the patients are named (issue 63)."""
+    rng = np.random.default_rng(11)
+    real, fake = rng.normal(size=(40, 7)), rng.normal(scale=0.9, size=(30, 7))
+    ids = [f"s{k}" for k in range(40)]
+    assert fm.prdc(real, fake, k=5, real_patients=ids, fake_patients=[f"g{k}" for k in range(30)]) == fm.prdc(real, fake, k=5)
+    assert fm.alpha_beta_authenticity(real, fake, patients=ids) == fm.alpha_beta_authenticity(real, fake)
+    assert fm.same_patient(ids) is None and fm.same_patient(None) is None
+
+
+def test_a_blurred_copy_is_unauthentic_once_the_patient_s_own_rescan_is_left_out():
+    """The issue's case: a copy farther from its source than the patient's rescan is, but far nearer than
+    any other patient. With the rescan as the neighbour (Alaa et al. on independent samples) it counts as
+    authentic; leaving the patient out calls it a copy, and a new patient stays authentic."""
+    rng = np.random.default_rng(12)
+    real, patients = _rescanned(rng)
+    copies = real[:5] + 0.2 * rng.normal(size=(5, 6))  # 4x the rescan distance from the source
+    new = rng.normal(size=(5, 6)) + 4.0  # patients unlike any training patient
+    fake = np.vstack([copies, new])
+    blind = fm.alpha_beta_authenticity(real, fake)
+    aware = fm.alpha_beta_authenticity(real, fake, patients=patients)
+    assert blind["authentic"][:5] == [True] * 5  # the failure issue 63 reports
+    assert aware["authentic"] == [False] * 5 + [True] * 5
+    assert [patients[i] for i in aware["nearest_real"][:5]] == ["p0", "p1", "p2", "p3", "p4"]  # a scan of the source
+    # the nearest real neighbour is of another patient: never the rescan
+    support = fm.real_set(real, patients=patients)
+    d = fm.distances(real, real)
+    for i in range(len(real)):
+        others = [j for j in range(len(real)) if patients[j] != patients[i]]
+        assert support.nn[i] == d[i, others].min()
+    with pytest.raises(ValueError, match="one patient only"):
+        fm.real_set(real[[0, 15]], patients=["p0", "p0"])
+
+
+def _two_modes(rng, n, d=6):
+    """n points, half around -3 and half around +3 on the first axis (two kinds of patient)."""
+    x = rng.normal(size=(n, d))
+    x[: n // 2, 0] -= 3.0
+    x[n // 2:, 0] += 3.0
+    return x
+
+
+def _known_cases(rng, n=40, d=6):
+    """Samples whose β-recall is known in order: the real distribution again (full coverage), one of its two
+    modes only (half the modes dropped), one sample repeated (collapse)."""
+    half = rng.normal(size=(n, d))
+    half[:, 0] -= 3.0
+    return {"full": _two_modes(rng, n, d), "half": half, "collapse": np.repeat(half[:1], n, axis=0)}
+
+
+def test_beta_recall_follows_the_reference_code_on_the_known_cases():
+    """Full coverage, half the modes dropped, collapse onto one sample: equal to the authors' steps, in the
+    known order, and in the reference's range [-1/(n_steps - 1), 1]."""
+    rng = np.random.default_rng(14)
+    real = _two_modes(rng, 60)
+    got = {}
+    for name, fake in _known_cases(rng).items():
+        ours = fm.alpha_beta_authenticity(real, fake)
+        assert ours["beta_recall"] == pytest.approx(_reference_alpha(real, fake)[1], abs=1e-12), name
+        got[name] = ours["beta_recall"]
+    assert got["full"] > got["half"] > got["collapse"] and got["full"] > 0.3, got
+    assert all(-1 / 29 - 1e-12 <= v <= 1 for v in got.values()), got
+
+
+def test_beta_recall_sees_coverage_once_the_rescan_is_left_out():
+    """With two scans per patient, a real scan's nearest real neighbour is its rescan, almost no real scan is
+    nearer a sample than that, and β-recall collapses to the reference code's floor -1/(n_steps - 1)
+    (-0.0345 at 30 steps: a curve of zeros; issue 63's demo value), whatever the samples. Leaving the
+    patient out, it measures coverage again, in the known cases' order; PRDC's coverage follows."""
+    rng = np.random.default_rng(13)
+    base = _two_modes(rng, 30)
+    real = np.vstack([base, base + 0.02 * rng.normal(size=base.shape)])
+    patients = [f"p{k}" for k in range(30)] * 2
+    cases = _known_cases(rng)
+    blind = fm.alpha_beta_authenticity(real, cases["full"])["beta_recall"]
+    assert blind == pytest.approx(-1 / 29, abs=0.03)  # the reported collapse
+    aware = {name: fm.alpha_beta_authenticity(real, f, patients=patients)["beta_recall"] for name, f in cases.items()}
+    assert aware["full"] > aware["half"] > aware["collapse"] and aware["full"] > 0.3, aware
+    assert all(-1 / 29 - 1e-12 <= v <= 1 for v in aware.values()), aware
+    assert (fm.prdc(real, cases["full"], k=3, real_patients=patients)["coverage"]
+            > fm.prdc(real, cases["full"], k=3)["coverage"])
+    with pytest.raises(ValueError, match="other patients"):
+        fm.prdc(real[:4], cases["full"][:5], k=3, real_patients=["a", "a", "b", "b"])
+
+
 def test_authenticity_flags_copies_of_real_samples_and_keeps_new_ones():
     rng = np.random.default_rng(3)
     real = rng.normal(size=(50, 5))
@@ -166,8 +259,9 @@ def _embedded(rng, n, d, patients=None, loc=0.0):
     return Embedded(ids, x, x, patients or ids)
 
 
-SETTINGS = {"prdc_k": 3, "alpha_steps": 30, "bootstrap": {"n": 40, "seed": 0, "level": 0.9},
-            "c_t": {"cells": 2, "min_generated": 2, "pca_components": 8, "seed": 0, "copy_z": 2.0}}
+SETTINGS = {"prdc_k": 3, "alpha_steps": 30, "frd_min_sd": 1e-6, "bootstrap": {"n": 40, "seed": 0, "level": 0.9},
+            "c_t": {"cells": 2, "min_generated": 2, "pca_components": 8, "seed": 0, "copy_z": 2.0,
+                    "power_copy_share": 0.2, "min_power": 0.8}}
 
 
 def test_audit_reports_each_measure_with_a_ci_and_the_held_out_floor_and_sees_copies():
@@ -244,6 +338,45 @@ def test_audit_reports_frd_on_radiomic_features_with_its_floor():
     assert plain["synthetic"]["frechet_distance"] == good["synthetic"]["frechet_distance"]
 
 
+def test_robust_frd_leaves_out_features_constant_over_the_training_scans_and_says_how_much_one_rules():
+    """Issue 63: a feature constant up to rounding over the training scans (SD ~1e-14, a wavelet band's
+    median over an empty background) rules FRD v1 after z-scoring; the robust FRD leaves it out and
+    reports the share of its own largest feature. Without such a feature the two are the same number."""
+    from synthaudit.fidelity.audit import audit, summary_lines
+    from synthaudit.fidelity.radiomics import frd, robust_frd
+
+    rng = np.random.default_rng(15)
+    ref, other = rng.normal(size=(30, 20)), rng.normal(size=(25, 20)) + 0.1
+    names = [f"f{k}" for k in range(20)]
+    plain = robust_frd(ref, other, 1e-6, names)
+    assert plain["value"] == frd(ref, other) and plain["features"] == 20 and plain["left_out"] == 0
+    assert 0 < plain["largest_share"] < 0.5 and plain["largest_feature"] in names
+    ref[:, 3] = 1e-14 * rng.normal(size=30)  # the background's rounding
+    other[:, 3] = 1e-12 * rng.normal(size=25)
+    v1, robust = frd(ref, other), robust_frd(ref, other, 1e-6, names)
+    assert v1 > robust["value"] + 5  # one feature at ~100 SDs is nearly all of v1 (log scale: e^5 = 150x)
+    assert robust["features"] == 19 and robust["left_out"] == 1 and robust["largest_feature"] != "f3"
+    assert robust["value"] == frd(np.delete(ref, 3, axis=1), np.delete(other, 3, axis=1))
+    with pytest.raises(ValueError, match="no feature"):
+        robust_frd(ref, other, 1e3)
+    # in the audit: beside v1, with its CI, floor and the verdict's line
+    train = _embedded(rng, 30, 5, [f"p{k // 2}" for k in range(30)])
+    heldout, near = _embedded(rng, 12, 5), _embedded(rng, 25, 5)
+    from dataclasses import replace
+
+    held = rng.normal(size=(12, 20))
+    held[:, 3] = 1e-14 * rng.normal(size=12)
+    f = audit(replace(train, radiomics=ref, radiomics_names=names), replace(heldout, radiomics=held),
+              replace(near, radiomics=other), SETTINGS, "test", "none")
+    r = f["synthetic"]["frd_robust"]
+    assert r["value"] == pytest.approx(robust["value"]) and r["ci"][0] <= r["value"] <= r["ci"][1]
+    assert f["synthetic"]["frd"]["value"] > r["value"] + 5 and "frd_robust" in f["floor"]
+    assert f["frd"]["robust"]["synthetic"]["left_out"] == 1 and f["frd"]["robust"]["min_sd"] == 1e-6
+    lines = [line.strip() for line in summary_lines(f)]
+    assert any(line.startswith("FRD without features constant over the training scans (SD < 1e-06):") for line in lines)
+    assert any(line.startswith("19 features kept, 1 left out; the largest kept feature gives") for line in lines)
+
+
 def test_audit_reports_frd_within_each_label_class_with_its_floor():
     """FRD per label class (fidelity.frd_classes): a class the samples render badly scores above its
     floor while the whole-volume FRD and every other number stay as they were; a class no sample holds
@@ -278,6 +411,38 @@ def test_audit_reports_frd_within_each_label_class_with_its_floor():
     assert any(line.startswith("FRD within lesion:") for line in lines)
     assert "FRD within rare: not computed (held by 0 synthetic and 12 held-out volume(s); FRD needs 2 in each set)" in lines
     assert metrics_entry(f)["frd_lesion"]["floor"] == pytest.approx(f["floor"]["frd_lesion"]["value"], rel=1e-5)
+
+
+def test_c_t_power_is_the_closed_form_and_follows_the_measured_table():
+    """C_T's power at the audit's sizes (issue 63): the expectation of docs/fidelity.md's closed form, SD
+    1 / sqrt(cells); docs/fidelity.md's measured table (20 replicates on real anatomy) for comparison: 300 +
+    300 at 20 % copies 90 % below -2, 1,000 + 1,000 at 10 % 75 %, 20 + 20 at 20 % none; the issue's audit
+    (50 samples, 20 held-out scans) cannot see 20 % copies."""
+    from math import sqrt
+
+    p = fm.c_t_power(300, 300, 3, 0.2, 2.0)
+    assert p["expected_c_t"] == pytest.approx(-0.2 * sqrt(3 * 300 * 300 / (3 * 603)))  # -2.44, as the table's
+    assert 0.7 < p["probability"] < 0.95
+    assert 0.5 < fm.c_t_power(1000, 1000, 3, 0.1, 2.0)["probability"] < 0.9
+    assert fm.c_t_power(20, 20, 3, 0.2, 2.0)["probability"] < 0.01
+    assert fm.c_t_power(20, 50, 3, 0.2, 2.0)["probability"] < 0.05
+    assert fm.c_t_power(6000, 6000, 3, 0.05, 2.0)["probability"] > 0.85  # measured 95 %: the form is conservative
+    assert fm.c_t_power(20, 50, 3, 0.0, 2.0)["probability"] == pytest.approx(0.5 * (1 + __import__("math").erf(-2 * sqrt(3) / sqrt(2))))
+
+
+def test_the_verdict_says_c_t_cannot_tell_where_its_power_is_below_the_stated_one():
+    from synthaudit.fidelity.audit import audit, summary_lines
+
+    rng = np.random.default_rng(16)
+    train = _embedded(rng, 40, 6, [f"p{k // 2}" for k in range(40)])
+    f = audit(train, _embedded(rng, 20, 6), _embedded(rng, 20, 6), SETTINGS, "test", "none")
+    c = f["c_t"]
+    assert c["power"]["n_heldout"] == 20 and c["power"]["n_synthetic"] == 20 and c["power"]["probability"] < 0.8
+    lines = [line.strip() for line in summary_lines(f)]
+    c_line = next(line for line in lines if line.startswith("C_T (Meehan et al.)"))
+    assert c_line.endswith("cannot tell at this size") or "copying (below" in c_line
+    assert any(line.startswith("at 20 samples and 20 held-out scans, C_T detects 20% copying with probability")
+               for line in lines)
 
 
 def test_c_ts_cell_statistic_follows_the_closed_form_docs_fidelity_md_bounds_it_by():

@@ -121,8 +121,9 @@ def test_a_feature_constant_up_to_rounding_in_the_training_scans_is_named_as_frd
     train = Embedded(ids, x, x, ids, ref, [f"f{k}" for k in range(6)])
     held = Embedded(ids, x + 0.1, x + 0.1, ids, rng.normal(size=(20, 6)))
     syn = Embedded(ids, x + 0.2, x + 0.2, ids, other)
-    settings = {"prdc_k": 3, "alpha_steps": 30, "bootstrap": {"n": 10, "seed": 0, "level": 0.9},
-                "c_t": {"cells": 1, "min_generated": 2, "pca_components": 2, "seed": 0, "copy_z": 2.0}}
+    settings = {"prdc_k": 3, "alpha_steps": 30, "frd_min_sd": 1e-6, "bootstrap": {"n": 10, "seed": 0, "level": 0.9},
+                "c_t": {"cells": 1, "min_generated": 2, "pca_components": 2, "seed": 0, "copy_z": 2.0,
+                        "power_copy_share": 0.2, "min_power": 0.8}}
     lines = summary_lines(audit(train, held, syn, settings, "test", "none"))
     assert any("of it from one feature, f4" in line for line in lines)
 

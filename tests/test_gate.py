@@ -11,7 +11,8 @@ from synthaudit.cli import main
 from synthaudit.review import gate
 
 
-def _audit(root, n_copies=0, per_patient=(0, 0), flags=0.0, c_t=0.5, fd=(0.2, 0.15, 0.25, 0.1), local=0):
+def _audit(root, n_copies=0, per_patient=(0, 0), flags=0.0, c_t=0.5, fd=(0.2, 0.15, 0.25, 0.1), local=0,
+           frd=(14.6, 6.0, 6.5, 6.2, 5.9), c_t_power=0.95):
     """An audit folder with the metrics files the workflow writes (the fields the gate reads)."""
     m = root / "results" / "metrics"
     m.mkdir(parents=True)
@@ -19,8 +20,11 @@ def _audit(root, n_copies=0, per_patient=(0, 0), flags=0.0, c_t=0.5, fd=(0.2, 0.
         "rate": 0.05, "n_heldout": 20, "n_copies": n_copies, "n_patients_copied": sum(p > 0 for p in per_patient),
         "local_n_called": local}}))
     (m / "fidelity.json").write_text(json.dumps({"audit": {
-        "n_synthetic": 40, "c_t": c_t,
-        "frechet_distance": {"value": fd[0], "ci_low": fd[1], "ci_high": fd[2], "floor": fd[3]}}}))
+        "n_synthetic": 40, "c_t": c_t, "c_t_power": c_t_power, "c_t_power_copy_share": 0.2,
+        "frechet_distance": {"value": fd[0], "ci_low": fd[1], "ci_high": fd[2], "floor": fd[3]},
+        # FRD v1 ruled by one feature (the issue 63 case), the robust FRD near its floor
+        "frd": {"value": frd[0], "ci_low": frd[0] - 1, "ci_high": frd[0] + 1, "floor": frd[4]},
+        "frd_robust": {"value": frd[1], "ci_low": frd[2] - 1, "ci_high": frd[2], "floor": frd[4]}}}))
     (m / "privacy.json").write_text(json.dumps({"audit": {"image": {"synthetic": {"audit": {"flag_rate": flags}}}}}))
     rel = root / "results" / "relict" / "audit"
     rel.mkdir(parents=True)
@@ -44,7 +48,8 @@ def test_a_clean_audit_passes_the_default_policy(tmp_path, capsys):
     out = json.loads((root / "results/gate.json").read_text())
     assert out["result"] == "pass" and out["exit_status"] == 0
     assert {c["rule"] for c in out["checks"]} == {"calibrated_copies", "copies_per_patient", "local_copies",
-                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor"}
+                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor",
+                                                  "frd_vs_floor"}
     text = capsys.readouterr().out
     assert "PASS  audit: calibrated_copies 0 (limit <= 0)" in text and text.strip().endswith("gate: PASS")
 
@@ -70,6 +75,45 @@ def test_inconclusive_where_an_interval_straddles_the_limit_or_a_required_metric
     assert main(["gate", str(bare)]) == 2
     # a failure outranks an inconclusive rule
     assert main(["gate", str(_audit(tmp_path / "both", c_t=-3.0, flags=4 / 40))]) == 1
+
+
+def test_an_underpowered_c_t_never_passes(tmp_path):
+    """Issue 63: at 50 samples and 20 held-out scans C_T detects 20 % copying with probability ~0.01, so a
+    C_T near 0 says nothing; the rule is inconclusive (or not applicable, as the policy says), never pass. A
+    C_T below the limit still fails: copying seen is copying, whatever the power."""
+    from synthaudit.fidelity.measures import c_t_power
+
+    def c_t_check(root, policy=None):
+        main(["gate", str(root)] + (["--policy", str(policy)] if policy else []))
+        return {c["rule"]: c for c in json.loads((root / "results/gate.json").read_text())["checks"]}["c_t"]
+
+    weak = c_t_power(20, 50, 3, 0.2, 2.0)["probability"]
+    assert weak < 0.05
+    check = c_t_check(_audit(tmp_path / "weak", c_t=-1.25, c_t_power=weak))
+    assert check["verdict"] == "inconclusive" and "underpowered" in check["why"]
+    na = _policy(tmp_path, c_t={"underpowered": "not applicable"})
+    assert c_t_check(_audit(tmp_path / "na", c_t=-1.25, c_t_power=weak), na)["verdict"] == "not applicable"
+    assert c_t_check(_audit(tmp_path / "seen", c_t=-3.1, c_t_power=weak))["verdict"] == "fail"
+    assert c_t_check(_audit(tmp_path / "strong", c_t=-1.25, c_t_power=0.9))["verdict"] == "pass"
+
+
+def test_the_frd_rule_reads_the_robust_frd_as_a_ratio_of_squared_distances(tmp_path):
+    """FRD v1 at 14.6 against a floor of 5.9 would be e^8.7 = 6,000x the floor: one feature constant over the
+    training scans (issue 63). The rule reads the robust FRD: e^0.1 = 1.1x passes; far above fails; a CI
+    across the limit is inconclusive; without FRD the rule is not applicable."""
+    def verdict(root):
+        main(["gate", str(root)])
+        return {c["rule"]: c for c in json.loads((root / "results/gate.json").read_text())["checks"]}["frd_vs_floor"]
+
+    ok = verdict(_audit(tmp_path / "ok"))
+    assert ok["verdict"] == "pass" and ok["value"] == pytest.approx(2.718281828 ** 0.1)
+    assert verdict(_audit(tmp_path / "far", frd=(14.6, 9.0, 9.5, 10.0, 5.9)))["verdict"] == "fail"  # e^3.1 = 22x
+    assert verdict(_audit(tmp_path / "near", frd=(14.6, 8.0, 8.6, 9.0, 5.9)))["verdict"] == "inconclusive"
+    bare = _audit(tmp_path / "bare")
+    f = json.loads((bare / "results/metrics/fidelity.json").read_text())
+    del f["audit"]["frd"], f["audit"]["frd_robust"]
+    (bare / "results/metrics/fidelity.json").write_text(json.dumps(f))
+    assert verdict(bare)["verdict"] == "not applicable"
 
 
 def test_a_stage_that_did_not_run_is_not_applicable_unless_required(tmp_path):

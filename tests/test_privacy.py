@@ -375,6 +375,9 @@ def test_evaluate_space_end_to_end_on_an_easy_cohort():
     n_flagged = sum(r["decision"] == "flagged" for r in rows)
     assert rec["memorised_fraction"] == pytest.approx(n_flagged / 6)
     assert rec["learned_but_memorised"] >= 3  # the replicas' sources: nearest and flagged
+    # Dombrowski et al.'s count: learned through flagged volumes only, so learned = it + learned after filtering
+    assert 0 <= rec["learned_only_by_memorised"] <= rec["learned_but_memorised"]
+    assert rec["learned_fraction"] * 16 == pytest.approx(rec["learned_only_by_memorised"] + rec["learned_not_memorised"])
     assert s["sensitivity"]["heldout_patients"]["n_presented"] == 4
     # every filter's headline numbers, for their spread over seeds; filter 0's are the summary's own
     f0, f1 = s["per_filter"]

@@ -11,6 +11,14 @@ relict.features.scaling. On the demo, globally pooled embeddings found 4 of its 
 unauthentic and C_T +0.8; the grid embeddings 8 of 12 (every replica rated 4 among them, no held-out
 scan) and C_T -3.0.
 
+Patients (issue 63): a scan's nearest real neighbours leave its own patient out, on both sides: the
+training scans' nearest-real distance (authenticity, β-coverage) and k-NN radii (PRDC), and the held-out
+scans' k-NN radii when they are the floor's samples. The training sets hold baselines and follow-ups, and
+with the patient's rescan as the neighbour a blurred copy counted as authentic and β-recall sat at its
+floor. Synthetic volumes are each their own patient; with one scan per patient nothing changes, to the
+bit. C_T compares samples and held-out scans with the training scans, never a real scan with another of
+its set: it has nothing to leave out.
+
 Uncertainty: ``n`` bootstrap replicates resample the training and held-out scans by patient and the
 synthetic volumes one by one. The nearest-neighbour measures (PRDC, α/β, authenticity) take each
 replicate's distinct samples against every training scan (a repeated volume would be its own nearest
@@ -30,7 +38,7 @@ import numpy as np
 
 from . import measures as fm
 from .radiomics import LABEL as FRD_LABEL
-from .radiomics import dominant_features, frd
+from .radiomics import dominant_features, frd, robust_frd
 from .slices import LABEL as FD_2P5D_LABEL
 from .slices import PLANES, fd_2p5d
 
@@ -73,14 +81,19 @@ BOUNDS = {"frechet_distance": (0.0, np.inf), "fd_2p5d": (0.0, np.inf), **{f"fd_2
           "beta_recall": (-np.inf, 1.0)}
 
 
-def _distributions(real: Embedded, other: Embedded, t=slice(None), o=slice(None)) -> dict:
+def _distributions(real: Embedded, other: Embedded, s: dict, t=slice(None), o=slice(None)) -> dict:
     """The measures between the sets' distributions, of rows ``t`` and ``o``: the Fréchet distance, FRD
-    where it runs, and FRD within each label class's region (``frd_<class>``) where that runs."""
+    where it runs, and FRD within each label class's region (``frd_<class>``) where that runs, each FRD
+    also without the features constant over the training scans (``frd_robust``, ``frd_robust_<class>``:
+    ``fidelity.frd_min_sd``)."""
     out = {"frechet_distance": fm.frechet_distance(real.x[t], other.x[o])}
+    min_sd = float(s["frd_min_sd"])
     if real.radiomics is not None:
         out.update(_frd("frd", real.radiomics[t], other.radiomics[o]))
+        out.update(_frd("frd_robust", real.radiomics[t], other.radiomics[o], min_sd))
     for k, name in enumerate(real.class_names or []):
         out.update(_frd(f"frd_{name}", real.radiomics_classes[t, k], other.radiomics_classes[o, k]))
+        out.update(_frd(f"frd_robust_{name}", real.radiomics_classes[t, k], other.radiomics_classes[o, k], min_sd))
     if real.slices is not None:  # the 2.5D FD: a replicate's volumes take all their slices
         out.update(fd_2p5d(real.slices, other.slices, None if isinstance(t, slice) else t,
                            None if isinstance(o, slice) else o))
@@ -93,22 +106,27 @@ def _point(real: Embedded, other: Embedded, s: dict, d: dict, o=slice(None), who
     side's :class:`~.measures.RealSet` (``real``) and each row's distance to its mean (``to_centre``),
     computed once, not per replicate;
     ``whole``: with the distributions' measures (a replicate resamples those itself)."""
-    out = _distributions(real, other, o=o) if whole else {}
+    out = _distributions(real, other, s, o=o) if whole else {}
     g = d["other"][o]
     rf = d["rf"][:, o]
     k = int(s["prdc_k"])
     if min(len(real.near), len(g)) > k:
-        out.update(fm.prdc(d["real"].x, g, k=k, rr=d["rr"], ff=d["ff"][o][:, o], rf=rf))
+        try:  # leave-patient-out radii need k scans of other patients on each side
+            out.update(fm.prdc(d["real"].x, g, k=k, rr=d["rr"], ff=d["ff"][o][:, o], rf=rf,
+                               real_patients=real.patients, fake_patients=d["patients"][o]))
+        except ValueError:
+            pass
     ab = fm.alpha_beta_authenticity(d["real"], g, rf=rf, fake_to_centre=d["to_centre"][o])
     out.update({key: ab[key] for key in ("alpha_precision", "beta_recall", "authenticity")})
     return out
 
 
-def _frd(key: str, reference: np.ndarray, other: np.ndarray) -> dict:
-    """``{key: FRD}``, or nothing where too few volumes have features (PyRadiomics cannot describe a
-    constant volume or a class a volume lacks; FRD leaves such volumes out, and needs two in each set)."""
+def _frd(key: str, reference: np.ndarray, other: np.ndarray, min_sd: float | None = None) -> dict:
+    """``{key: FRD}`` (``min_sd``: the robust FRD's), or nothing where too few volumes have features
+    (PyRadiomics cannot describe a constant volume or a class a volume lacks; FRD leaves such volumes out,
+    and needs two in each set)."""
     try:
-        return {key: frd(reference, other)}
+        return {key: frd(reference, other) if min_sd is None else robust_frd(reference, other, min_sd)["value"]}
     except ValueError:
         return {}
 
@@ -130,7 +148,7 @@ def _by_patient(rng: np.random.Generator, groups: list[np.ndarray]) -> np.ndarra
 def _replicate(train: Embedded, other: Embedded, s: dict, d: dict, groups: tuple, rng: np.random.Generator) -> dict:
     t = _by_patient(rng, groups[0])
     o = _by_patient(rng, groups[1])
-    out = _distributions(train, other, t, o)
+    out = _distributions(train, other, s, t, o)
     # the nearest-neighbour measures: the replicate's distinct samples against the whole training
     # set (a copy whose source scan a replicate left out would look new)
     o = np.unique(o)
@@ -146,7 +164,8 @@ def with_ci(train: Embedded, other: Embedded, s: dict, seed: int, rr: np.ndarray
          "ff": fm.distances(other.near, other.near), "rf": fm.distances(train.near, other.near),
          "other": np.asarray(other.near, np.float64)}
     # what the real side and each sample's distance to its mean give every replicate (measures.RealSet)
-    d["real"] = fm.real_set(train.near, int(s["alpha_steps"]), rr=d["rr"])
+    d["real"] = fm.real_set(train.near, int(s["alpha_steps"]), rr=d["rr"], patients=train.patients)
+    d["patients"] = np.asarray([str(p) for p in other.patients])
     d["to_centre"] = d["real"].to_centre(d["other"])
     point = _point(train, other, s, d)
     boot = s["bootstrap"]
@@ -172,19 +191,20 @@ def with_ci(train: Embedded, other: Embedded, s: dict, seed: int, rr: np.ndarray
 
 def per_volume(train: Embedded, synthetic: Embedded, s: dict) -> list[dict]:
     """Each synthetic volume: authentic or not (Alaa et al.), its nearest training volume and patient,
-    the distance, and that training volume's own nearest-real distance (what it had to exceed)."""
+    the distance, and that training volume's distance to its nearest scan of another patient (what it had
+    to exceed; leave-patient-out, :func:`.measures.real_set`)."""
     rf = fm.distances(train.near, synthetic.near)
-    rr = fm.distances(train.near, train.near)
-    ab = fm.alpha_beta_authenticity(train.near, synthetic.near, int(s["alpha_steps"]), rr=rr, rf=rf)
+    real = fm.real_set(train.near, int(s["alpha_steps"]), rr=fm.distances(train.near, train.near),
+                       patients=train.patients)
+    ab = fm.alpha_beta_authenticity(real, synthetic.near, rf=rf)
     d = rf.T
-    np.fill_diagonal(rr, np.inf)
-    real_nn = rr.min(axis=1)
+    real_nn = real.nn
     rows = []
     for j, sid in enumerate(synthetic.ids):
         i = ab["nearest_real"][j]
         rows.append({"id": sid, "authentic": bool(ab["authentic"][j]), "nearest_training_id": train.ids[i],
                      "nearest_training_patient": train.patients[i], "distance": float(d[j, i]),
-                     "training_nearest_real_distance": float(real_nn[i])})
+                     "training_nearest_other_patient_distance": float(real_nn[i])})
     return rows
 
 
@@ -201,7 +221,7 @@ def audit(train: Embedded, heldout: Embedded, synthetic: Embedded, settings: dic
     return {"n_training": len(train.ids), "n_heldout": len(heldout.ids), "n_synthetic": len(synthetic.ids),
             "embedding_dim": int(train.x.shape[1]), "pooling": pooling,
             "nearest_neighbour_embeddings": f"the feature level's ({train.near.shape[1]} features, scaling {scaling})",
-            "frd": _frd_info(train, heldout, synthetic),
+            "frd": _frd_info(train, heldout, synthetic, s),
             "fd_2p5d": ({"definition": FD_2P5D_LABEL,
                          "slices": {name: {p: int(sum(len(r) for r in e.slices[p])) for p in PLANES}
                                     for name, e in (("training", train), ("held-out", heldout), ("synthetic", synthetic))}}
@@ -209,13 +229,17 @@ def audit(train: Embedded, heldout: Embedded, synthetic: Embedded, settings: dic
             "synthetic": with_ci(train, synthetic, s, seed, rr),
             "floor": with_ci(train, heldout, s, seed + 1, rr),
             "c_t": {"value": result.c_t, "n_cells": result.n_cells, "tau": result.tau, "copy_z": float(ct["copy_z"]),
+                    "power": fm.c_t_power(len(heldout.ids), len(synthetic.ids), result.n_cells,
+                                          float(ct["power_copy_share"]), float(ct["copy_z"])),
+                    "min_power": float(ct["min_power"]),
                     "copying_cells": [c["cell"] for c in result.cells if c["counted"] and c["z_u"] is not None
                                       and c["z_u"] < -float(ct["copy_z"])],
                     "cells": result.cells}}
 
 
-def _frd_info(train: Embedded, heldout: Embedded, synthetic: Embedded) -> dict | None:
-    """FRD's definition, and the features that drive it for the samples and for the floor."""
+def _frd_info(train: Embedded, heldout: Embedded, synthetic: Embedded, s: dict) -> dict | None:
+    """FRD's definition, the features that drive it for the samples and for the floor, and the robust
+    FRD's: its SD floor, the features it keeps and leaves out, its largest feature's share."""
     if train.radiomics is None:
         return None
     names = train.radiomics_names or [f"feature{k}" for k in range(train.radiomics.shape[1])]
@@ -234,6 +258,16 @@ def _frd_info(train: Embedded, heldout: Embedded, synthetic: Embedded) -> dict |
             out[key] = dominant_features(train.radiomics, other.radiomics, names)
         except ValueError as e:  # too few volumes with features: FRD is left out (_frd)
             out[key], out["not_computed"] = None, str(e)
+    min_sd = float(s["frd_min_sd"])
+    out["robust"] = {"min_sd": min_sd, "definition": (
+        f"FRD over the features whose SD over the training scans is at least {min_sd:g} (fidelity.frd_min_sd); "
+        "the rest as FRD v1")}
+    for key, other in (("synthetic", synthetic), ("floor", heldout)):
+        try:
+            r = robust_frd(train.radiomics, other.radiomics, min_sd, names)
+            out["robust"][key] = {k: r[k] for k in ("features", "left_out", "largest_share", "largest_feature")}
+        except ValueError as e:
+            out["robust"][key] = {"not_computed": str(e)}
     return out
 
 
@@ -242,15 +276,17 @@ def summary_lines(f: dict) -> list[str]:
     lines = [f"  fidelity ({f['n_synthetic']} synthetic, {f['n_heldout']} held-out against {f['n_training']} "
              f"training embeddings; the floor: held-out scans measured the same way)"]
     classes = [(f"frd_{c}", f"FRD within {c}", "lower") for c in (f.get("frd") or {}).get("classes", {})]
+    robust = (f.get("frd") or {}).get("robust") or {}
+    robust_label = f"FRD without features constant over the training scans (SD < {robust.get('min_sd', 0):g})"
     for key, label, better in (("frechet_distance", "Fréchet distance", "lower"),
                                ("fd_2p5d", "2.5D FD (RadImageNet ResNet-50, mean of 3 planes)", "lower"),
-                               ("frd", "FRD (radiomics)", "lower"),
+                               ("frd", "FRD (radiomics)", "lower"), ("frd_robust", robust_label, "lower"),
                                *classes, ("precision", "precision", "higher"),
                                ("recall", "recall", "higher"), ("density", "density", "higher"),
                                ("coverage", "coverage", "higher"), ("alpha_precision", "α-precision", "higher"),
                                ("beta_recall", "β-recall", "higher"), ("authenticity", "authenticity", "higher")):
         v, floor = f["synthetic"].get(key), f["floor"].get(key)
-        if key.startswith("frd_") and (v is None or floor is None):  # a class too few volumes hold: say so
+        if key.startswith("frd_") and key != "frd_robust" and (v is None or floor is None):  # a class too few volumes hold
             held = f["frd"]["classes"][key[4:]]
             lines.append(f"    {label}: not computed (held by {held['synthetic']} synthetic and {held['held-out']} "
                          "held-out volume(s); FRD needs 2 in each set)")
@@ -264,10 +300,24 @@ def summary_lines(f: dict) -> list[str]:
             lines.append(f"      {top[0]['share']:.0%} of it from one feature, {top[0]['feature']} (SD "
                          f"{top[0]['reference_sd']:.2g} over the training scans: FRD's z-scoring by the training "
                          "scans magnifies it; fidelity.json lists the next)")
+        kept = (robust.get("synthetic") or {}) if key == "frd_robust" else {}
+        if kept.get("features") and kept.get("largest_share") is not None:
+            lines.append(f"      {kept['features']} features kept, {kept['left_out']} left out; the largest kept "
+                         f"feature gives {kept['largest_share']:.0%} of it ({kept['largest_feature']})")
     c = f["c_t"]
     if c["value"] is not None:
-        verdict = (f"copying (below -{c['copy_z']:g})" if c["value"] < -c["copy_z"]
-                   else "no sign of copying at the model level")
+        power = c.get("power")
+        weak = power is not None and power["probability"] < c.get("min_power", 0.0)
+        if c["value"] < -c["copy_z"]:
+            verdict = f"copying (below -{c['copy_z']:g})"
+        elif weak:  # a test that could not have seen copying does not say there is none
+            verdict = "cannot tell at this size"
+        else:
+            verdict = "no sign of copying at the model level"
         lines.append(f"    C_T (Meehan et al.): {c['value']:.3g} over {c['n_cells']} cell(s): {verdict}"
                      + (f"; copying cells {c['copying_cells']}" if c["copying_cells"] else ""))
+        if power is not None:
+            lines.append(f"      at {power['n_synthetic']} samples and {power['n_heldout']} held-out scans, C_T detects "
+                         f"{power['copy_share']:.0%} copying with probability {power['probability']:.2f} (closed form, "
+                         "docs/fidelity.md)" + (f"; below {c['min_power']:g}" if weak else ""))
     return lines

@@ -18,4 +18,8 @@ def metrics_entry(f: dict) -> dict:
                     "ci_high": _r((v.get("ci") or [None, None])[1]), "floor": _r(floor.get("value"))}
     out["c_t"] = _r(f["c_t"]["value"])
     out["c_t_copying_cells"] = len(f["c_t"]["copying_cells"])
+    power = f["c_t"].get("power")
+    if power is not None:  # what the gate's c_t rule needs to know it could have seen copying
+        out["c_t_power"] = _r(power["probability"])
+        out["c_t_power_copy_share"] = _r(power["copy_share"])
     return out

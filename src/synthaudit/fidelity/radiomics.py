@@ -474,12 +474,41 @@ def dominant_features(reference: np.ndarray, other: np.ndarray, names: Sequence[
     up to rounding there (a wavelet band's median of ~1e-14 over the scans' empty background) dominate
     FRD by many orders of magnitude; frd-score does the same. The reader sees it."""
     a, b, keep, sd = _normalised(reference, other)
-    a, b = a.astype(np.float64), b.astype(np.float64)
-    term = (a.mean(axis=0) - b.mean(axis=0)) ** 2 + (a.std(axis=0, ddof=1) - b.std(axis=0, ddof=1)) ** 2
+    term = _feature_terms(a, b)
     total = float(term.sum())
     kept_names, kept_sd = np.asarray(names)[keep], sd[keep]
     return [{"feature": str(kept_names[i]), "share": float(term[i] / total) if total > 0 else None,
              "reference_sd": float(kept_sd[i])} for i in np.argsort(term)[::-1][:k]]
+
+
+def _feature_terms(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Each z-scored feature's 1-D Fréchet distance between the sets, (mean_a - mean_b)^2 + (sd_a - sd_b)^2."""
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    return (a.mean(axis=0) - b.mean(axis=0)) ** 2 + (a.std(axis=0, ddof=1) - b.std(axis=0, ddof=1)) ** 2
+
+
+def robust_frd(reference: np.ndarray, other: np.ndarray, min_sd: float, names: Sequence[str] | None = None) -> dict:
+    """FRD without the features that are constant up to rounding over the reference (training) set: the same
+    features, NaN rule and z-scoring as :func:`frd`, then only the columns whose reference SD is at least
+    ``min_sd`` (issue 63). Why beside v1, not instead: v1 is what papers report; but z-scoring by an SD of
+    ~1e-14 turns any difference in the samples into a distance of 1e14 standard deviations, and one such
+    feature then is the whole FRD (84 % on an abdominal audit), whatever the rest of the ~1,000 say.
+
+    Returns ``{"value", "features", "left_out", "largest_share", "largest_feature"}``: the log squared
+    Fréchet distance over the kept features, how many were kept and left out, and the largest kept
+    feature's share of the per-feature (1-D) distances (how far one feature still rules it)."""
+    a, b, keep, sd = _normalised(reference, other)
+    steady = sd[keep] >= min_sd
+    a, b = a[:, steady], b[:, steady]
+    if a.shape[1] == 0:
+        raise ValueError(f"robust FRD: no feature has a training SD of at least {min_sd:g}")
+    d = frechet_distance(a.astype(np.float64), b.astype(np.float64))
+    term = _feature_terms(a, b)
+    total, top = float(term.sum()), int(np.argmax(term))
+    kept = (np.asarray(names)[keep][steady] if names is not None else None)
+    return {"value": float(np.log(d)) if d > 0 else float("-inf"), "features": int(steady.sum()),
+            "left_out": int((~steady).sum()), "largest_share": float(term[top] / total) if total > 0 else None,
+            "largest_feature": str(kept[top]) if kept is not None else None}
 
 
 def frd(reference: np.ndarray, other: np.ndarray) -> float:

@@ -158,6 +158,9 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         rec = generative_recall(-first["s"][rows], dec["flagged"][rows], reference=-ht)
         entry["recall"] = {"learned_fraction": rec.learned_fraction, "memorised_fraction": rec.memorised_fraction,
                            "learned_but_memorised": rec.learned_but_memorised,
+                           # Dombrowski et al.'s "learned but memorized" (their Tables 4 and 5: learned minus it
+                           # is the recall after filtering): learned through flagged volumes only
+                           "learned_only_by_memorised": rec.learned_only_by_memorised,
                            "learned_not_memorised": rec.learned_not_memorised, "recall": rec.recall,
                            "reference_learned_fraction": rec.reference_learned_fraction,
                            "matched_learned_fraction": rec.matched_learned_fraction}

@@ -11,6 +11,7 @@ does not require it). Exit status: 1 when a rule fails, else 2 when one is incon
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -157,8 +158,14 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
                 missing(d, "c_t", limit, "C_T (fidelity)")
             else:
                 v = float(f["c_t"])
-                out.append(Check(d, "c_t", _decide(v, None, lambda x: x >= r["min"]), v, None, limit,
-                                 "Meehan et al.'s data-copying statistic"))
+                verdict, why = _decide(v, None, lambda x: x >= r["min"]), "Meehan et al.'s data-copying statistic"
+                power, wanted = f.get("c_t_power"), float(r.get("min_power", 0.8))
+                if verdict == PASS and (power is None or power < wanted):  # it could not have seen copying
+                    verdict = INCONCLUSIVE if r.get("underpowered", INCONCLUSIVE) == INCONCLUSIVE else NA
+                    why = (f"underpowered: detects {f.get('c_t_power_copy_share', 0.2):.0%} copying with probability "
+                           f"{power:.2f} at this audit's sizes (policy min_power {wanted:g})" if power is not None
+                           else "no power stated in fidelity.json (written before issue 63): cannot pass")
+                out.append(Check(d, "c_t", verdict, v, None, limit, why))
         if "frechet_distance_vs_floor" in rules:
             r, limit = rules["frechet_distance_vs_floor"], f"<= {rules['frechet_distance_vs_floor']['max']:g}"
             fd = (f or {}).get("frechet_distance") or {}
@@ -170,6 +177,18 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
                       if fd.get("ci_low") is not None else None)
                 out.append(Check(d, "frechet_distance_vs_floor", _decide(v, ci, lambda x: x <= r["max"]), v, ci, limit,
                                  f"FD {fd['value']:.4g} over the held-out floor {fd['floor']:.4g}"))
+        if "frd_vs_floor" in rules:  # the robust FRD (issue 63): v1 can be one feature constant over the training scans
+            r, limit = rules["frd_vs_floor"], f"<= {rules['frd_vs_floor']['max']:g}"
+            fr = (f or {}).get("frd_robust") or {}
+            if fr.get("floor") is None or fr.get("value") is None:
+                missing(d, "frd_vs_floor", limit, "robust FRD with its floor (fidelity.frd)")
+            else:  # FRD is log d^2: the difference is the log of the ratio of squared distances, as FD's rule reads
+                v = float(math.exp(fr["value"] - fr["floor"]))
+                ci = ([float(math.exp(fr["ci_low"] - fr["floor"])), float(math.exp(fr["ci_high"] - fr["floor"]))]
+                      if fr.get("ci_low") is not None else None)
+                out.append(Check(d, "frd_vs_floor", _decide(v, ci, lambda x: x <= r["max"]), v, ci, limit,
+                                 f"robust FRD {fr['value']:.4g} against the held-out floor {fr['floor']:.4g} "
+                                 "(exp of the difference)"))
     return out
 
 
