@@ -384,3 +384,25 @@ def test_verdict_shows_the_combined_rules_heldout_false_positives(tmp_path):
     lines = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
     assert ("    held-out scans called by the same rule, each judged without its patient: 3 of 40 (expected about 2.0)"
             in lines)
+
+
+def test_the_verdict_reconciles_called_copies_with_model_level_measures_that_miss_them(tmp_path):
+    """Issue 63: where the calibrated calls find copies and authenticity or C_T does not, the verdict says
+    both and why, in words (C_T underpowered at this size; authenticity flags only some of them)."""
+    from synthaudit.review.verdict import reconcile_lines
+
+    c_t = {"value": -1.25, "copy_z": 2.0, "min_power": 0.8,
+           "power": {"copy_share": 0.2, "probability": 0.01, "n_heldout": 20, "n_synthetic": 50}}
+    v = {"n_synthetic": 50, "copied_patients": [("p1", ["g1", "g2"]), ("p2", ["g3"])], "fidelity": {"c_t": c_t},
+         "authentic_of": {"g1": False, "g2": True, "g3": True, "g4": True}}
+    lines = reconcile_lines(v)
+    assert lines[0].startswith("    authenticity flags 1 of the 3 called copies: the rest lie farther")
+    assert lines[1] == ("    C_T does not see the 3 called copies (6% of the samples): at this size it cannot: it "
+                        "detects 20% copying with probability 0.01; the calibrated calls judge each volume against "
+                        "the held-out scans")
+    strong = {**c_t, "power": {**c_t["power"], "probability": 0.95}}
+    assert "moved that mean less than -2" in reconcile_lines({**v, "fidelity": {"c_t": strong}})[1]
+    # C_T sees copying, authenticity flags every call: nothing to reconcile; no calls: nothing either
+    seen = {**v, "fidelity": {"c_t": {**c_t, "value": -3.0}}, "authentic_of": {"g1": False, "g2": False, "g3": False}}
+    assert reconcile_lines(seen) == []
+    assert reconcile_lines({**v, "copied_patients": []}) == []

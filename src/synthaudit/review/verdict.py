@@ -59,6 +59,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
     fidelity = Path(root) / "results" / "fidelity" / dataset / "fidelity.json"
     if fidelity.is_file():  # synthaudit.fidelity: how good the samples are, beside whether they copy
         out["fidelity"] = json.loads(fidelity.read_text())
+        per_volume = fidelity.with_name("per_volume.tsv")
+        if per_volume.is_file():  # authenticity per sample, set beside the calibrated calls
+            out["authentic_of"] = {r["id"]: r["authentic"] == "True" for r in read_tsv(per_volume)}
     local = base / "local" / "local.json"
     if local.is_file():  # relict.local: regions copied into otherwise new volumes
         out["local"] = local_verdict(base / "local")
@@ -130,6 +133,33 @@ def local_lines(loc: dict) -> list[str]:
     return lines
 
 
+def reconcile_lines(v: dict) -> list[str]:
+    """Where the calibrated calls find copies and a model-level measure does not, both in one place and
+    why (issue 63), so that the page does not print a call next to a measure that contradicts it unread."""
+    called = [sid for _, by in v.get("copied_patients", []) for sid in by]
+    f = v.get("fidelity") or {}
+    if not called or not f:
+        return []
+    n, share = len(called), len(called) / max(1, v["n_synthetic"])
+    lines = []
+    authentic = v.get("authentic_of") or {}
+    flagged = sum(authentic.get(sid) is False for sid in called)
+    if authentic and flagged < n:
+        lines.append(f"    authenticity flags {flagged} of the {n} called copies: the rest lie farther from their "
+                     "nearest training scan, in the encoder's embedding, than that scan's nearest other patient "
+                     "(the calibrated calls compare images, aligned where alignment is on)")
+    c = f.get("c_t") or {}
+    if c.get("value") is not None and c["value"] >= -c["copy_z"]:
+        power = c.get("power")
+        why = (f"at this size it cannot: it detects {power['copy_share']:.0%} copying with probability "
+               f"{power['probability']:.2f}" if power and power["probability"] < c.get("min_power", 0.0) else
+               "it tests whether the samples as a whole lie nearer the training scans than held-out patients do, "
+               f"and {share:.0%} copies moved that mean less than -{c['copy_z']:g}")
+        lines.append(f"    C_T does not see the {n} called copies ({share:.0%} of the samples): {why}; the "
+                     "calibrated calls judge each volume against the held-out scans")
+    return lines
+
+
 def verdict_lines(v: dict) -> list[str]:
     """The verdict as a few lines of text (terminal and figure alike); the volumes `init`
     accepted with a warning (constant, nearly empty, other units) last, where they exist, so
@@ -158,6 +188,7 @@ def verdict_lines(v: dict) -> list[str]:
         lines += texture_line(v["texture"], matched=bool(v.get("matched_null")))
     if "fidelity" in v:
         lines += fidelity_lines(v["fidelity"])
+        lines += reconcile_lines(v)
     per = []
     for m, e in v["measures"].items():
         parts = []
