@@ -161,7 +161,7 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
                 verdict, why = _decide(v, None, lambda x: x >= r["min"]), "Meehan et al.'s data-copying statistic"
                 power, wanted = f.get("c_t_power"), float(r.get("min_power", 0.8))
                 if verdict == PASS and (power is None or power < wanted):  # it could not have seen copying
-                    verdict = INCONCLUSIVE if r.get("underpowered", INCONCLUSIVE) == INCONCLUSIVE else NA
+                    verdict = INCONCLUSIVE if r.get("underpowered", NA) == INCONCLUSIVE else NA
                     why = (f"underpowered: detects {f.get('c_t_power_copy_share', 0.2):.0%} copying with probability "
                            f"{power:.2f} at this audit's sizes (policy min_power {wanted:g})" if power is not None
                            else "no power stated in fidelity.json (written before issue 63): cannot pass")
