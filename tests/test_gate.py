@@ -48,8 +48,7 @@ def test_a_clean_audit_passes_the_default_policy(tmp_path, capsys):
     out = json.loads((root / "results/gate.json").read_text())
     assert out["result"] == "pass" and out["exit_status"] == 0
     assert {c["rule"] for c in out["checks"]} == {"calibrated_copies", "copies_per_patient", "local_copies",
-                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor",
-                                                  "frd_vs_floor"}
+                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor"}
     text = capsys.readouterr().out
     assert "PASS  audit: calibrated_copies 0 (limit <= 0)" in text and text.strip().endswith("gate: PASS")
 
@@ -101,8 +100,11 @@ def test_the_frd_rule_reads_the_robust_frd_as_a_ratio_of_squared_distances(tmp_p
     """FRD v1 at 14.6 against a floor of 5.9 would be e^8.7 = 6,000x the floor: one feature constant over the
     training scans (issue 63). The rule reads the robust FRD: e^0.1 = 1.1x passes; far above fails; a CI
     across the limit is inconclusive; without FRD the rule is not applicable."""
+    policy = _policy(tmp_path)  # the shipped policy leaves the rule commented out: a lab's limit
+    policy.write_text(policy.read_text().replace("rules:\n", "rules:\n  frd_vs_floor: {max: 10.0}\n", 1))
+
     def verdict(root):
-        main(["gate", str(root)])
+        main(["gate", str(root), "--policy", str(policy)])
         return {c["rule"]: c for c in json.loads((root / "results/gate.json").read_text())["checks"]}["frd_vs_floor"]
 
     ok = verdict(_audit(tmp_path / "ok"))
