@@ -33,3 +33,28 @@ def doc(page: str, result: str, markers: tuple[str, str], render: Callable[[dict
         print(f"{page}'s table differs from {result}: run `{command}`", file=sys.stderr)
         return 1
     return 0
+
+
+def cli(argv, description: str, result: str, render: Callable[[dict], str], doc: Callable[[bool], int],
+        add_compute_args: Callable, compute: Callable) -> int:
+    """A table bench's two commands: ``compute`` (``add_compute_args(parser)`` adds its options; ``compute(args)``
+    gives the result, written to ``--out``, default ``result``, and printed as the page's table) and
+    ``doc [--write]`` (``doc(write)``)."""
+    import argparse
+
+    from synthaudit.io import write_json
+
+    ap = argparse.ArgumentParser(description=description)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compute")
+    add_compute_args(c)
+    c.add_argument("--out", default=str(ROOT / result))
+    sub.add_parser("doc").add_argument("--write", action="store_true")
+    args = ap.parse_args(argv)
+    if args.cmd == "doc":
+        return doc(args.write)
+    res = compute(args)
+    write_json(args.out, res)
+    print(render(res))
+    print(f"written: {args.out}")
+    return 0

@@ -12,14 +12,12 @@ run's ``benchmarks/`` files, job-seconds summed per stage); nothing is recompute
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import sys
 from pathlib import Path
 
 import synthaudit  # noqa: F401  first: portable numerics before numpy loads
-from synthaudit.io import write_json
 from synthaudit.review.timing import UNESTIMATED_BENCHMARKS, estimate_rows, measured_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,27 +94,20 @@ def doc(write: bool) -> int:
     return doc_table.doc(PAGE, RESULT, MARKERS, markdown, write, "bench/estimate/whole_run.py doc --write")
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compute")
-    c.add_argument("workspaces", nargs="+", type=Path)
-    c.add_argument("--estimates", nargs="*", type=Path, default=None,
-                   help="per workspace, another init's data/estimate.json of the same folders (default: its own)")
-    c.add_argument("--out", default=str(ROOT / RESULT))
-    d = sub.add_parser("doc")
-    d.add_argument("--write", action="store_true")
-    args = ap.parse_args(argv)
-    if args.cmd == "doc":
-        return doc(args.write)
+def _compute(args) -> dict:
     estimates = args.estimates or [None] * len(args.workspaces)
     if len(estimates) != len(args.workspaces):
         raise SystemExit(f"{len(estimates)} --estimates for {len(args.workspaces)} workspaces")
-    res = {"workspaces": [workspace_rows(ws, e) for ws, e in zip(args.workspaces, estimates)]}
-    write_json(args.out, res)
-    print(markdown(res))
-    print(f"written: {args.out}")
-    return 0
+    return {"workspaces": [workspace_rows(ws, e) for ws, e in zip(args.workspaces, estimates)]}
+
+
+def main(argv=None) -> int:
+    def options(c):
+        c.add_argument("workspaces", nargs="+", type=Path)
+        c.add_argument("--estimates", nargs="*", type=Path, default=None,
+                       help="per workspace, another init's data/estimate.json of the same folders (default: its own)")
+
+    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, markdown, doc, options, _compute)
 
 
 if __name__ == "__main__":

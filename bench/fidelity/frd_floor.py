@@ -13,13 +13,11 @@ both (its NCCT heads' empty background, its TOF slabs' homogeneous tissue).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import synthaudit  # noqa: F401  first: portable numerics before numpy loads
 from synthaudit.fidelity.radiomics import frd, load_features, robust_frd
-from synthaudit.io import write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -68,21 +66,10 @@ def doc(write: bool) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compute")
-    c.add_argument("--root", type=Path, default=ROOT, help="a checkout whose make demo has run")
-    c.add_argument("--out", default=str(ROOT / RESULT))
-    d = sub.add_parser("doc")
-    d.add_argument("--write", action="store_true")
-    args = ap.parse_args(argv)
-    if args.cmd == "doc":
-        return doc(args.write)
-    res = compute(args.root)
-    write_json(args.out, res)
-    print(markdown(res))
-    print(f"written: {args.out}")
-    return 0
+    def options(c):
+        c.add_argument("--root", type=Path, default=ROOT, help="a checkout whose make demo has run")
+
+    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, markdown, doc, options, lambda a: compute(a.root))
 
 
 if __name__ == "__main__":

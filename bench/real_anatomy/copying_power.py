@@ -31,7 +31,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -44,7 +43,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(ROOT / "bench"))
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
-from synthaudit.io import write_json  # noqa: E402
 RESULT = "results/bench/real_anatomy_copying_power.json"
 PAGE = "docs/fidelity.md"
 MARKERS = ("<!-- copying_power: bench/real_anatomy/copying_power.py doc --write -->", "<!-- /copying_power -->")
@@ -180,23 +178,14 @@ def doc(write: bool) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compute")
-    c.add_argument("--cohort", type=Path, default=ROOT / "data/real_anatomy/cohort")
-    c.add_argument("--pool", type=int, default=30000, help="new patients drawn once, replicates draw from them")
-    c.add_argument("--replicates", type=int, default=20)
-    c.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    c.add_argument("--out", type=Path, default=ROOT / RESULT)
-    d = sub.add_parser("doc")
-    d.add_argument("--write", action="store_true")
-    args = ap.parse_args(argv)
-    if args.cmd == "doc":
-        return doc(args.write)
-    res = compute(args.cohort, args.pool, args.replicates, [int(s) for s in args.sizes.split(",")])
-    write_json(args.out, res)
-    print(markdown(res))
-    return 0
+    def options(c):
+        c.add_argument("--cohort", type=Path, default=ROOT / "data/real_anatomy/cohort")
+        c.add_argument("--pool", type=int, default=30000, help="new patients drawn once, replicates draw from them")
+        c.add_argument("--replicates", type=int, default=20)
+        c.add_argument("--sizes", default=",".join(map(str, SIZES)))
+
+    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, markdown, doc, options,
+                         lambda a: compute(a.cohort, a.pool, a.replicates, [int(x) for x in a.sizes.split(",")]))
 
 
 if __name__ == "__main__":
