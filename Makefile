@@ -25,6 +25,9 @@ $(STAMP): requirements.txt constraints.txt pyproject.toml
 	$(UV) --no-deps --no-build-isolation -e . || $(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
 	# the FRD tests' reference implementation, without its dependencies (OpenCV serves only its 2D resize)
 	$(UV) --no-deps frd-score==1.0.1 || $(BIN)/python -m pip install --quiet --no-deps frd-score==1.0.1
+	# the membership tests' reference (DOMIAS's density ratio), without its dependencies: its baselines module
+	# needs only numpy, scipy, torch and scikit-learn (geomloss and tensorboardX serve its own training)
+	$(UV) --no-deps domias==0.0.5 || $(BIN)/python -m pip install --quiet --no-deps domias==0.0.5
 	@touch $(STAMP)
 
 install: $(STAMP)

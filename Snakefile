@@ -36,6 +36,7 @@ include: "workflow/rules/relict_review.smk"
 include: "workflow/rules/relict_local.smk"
 include: "workflow/rules/recall.smk"
 include: "workflow/rules/fidelity.smk"
+include: "workflow/rules/membership.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/review.smk"
 include: "workflow/rules/privacy.smk"
@@ -60,6 +61,7 @@ rule all:
         rules.relict_all.input,
         rules.recall_all.input,
         rules.fidelity_all.input,
+        rules.membership_all.input,
         rules.sweep_all.input,
         rules.figures_all.input,
         rules.review_all.input,

@@ -12,7 +12,7 @@ from synthaudit.review import gate
 
 
 def _audit(root, n_copies=0, per_patient=(0, 0), flags=0.0, c_t=0.5, fd=(0.2, 0.15, 0.25, 0.1), local=0,
-           frd=(14.6, 6.0, 6.5, 6.2, 5.9), c_t_power=0.95):
+           frd=(14.6, 6.0, 6.5, 6.2, 5.9), c_t_power=0.95, membership=(0.52, 0.4, 0.58)):
     """An audit folder with the metrics files the workflow writes (the fields the gate reads)."""
     m = root / "results" / "metrics"
     m.mkdir(parents=True)
@@ -26,6 +26,8 @@ def _audit(root, n_copies=0, per_patient=(0, 0), flags=0.0, c_t=0.5, fd=(0.2, 0.
         "frd": {"value": frd[0], "ci_low": frd[0] - 1, "ci_high": frd[0] + 1, "floor": frd[4]},
         "frd_robust": {"value": frd[1], "ci_low": frd[2] - 1, "ci_high": frd[2], "floor": frd[4]}}}))
     (m / "privacy.json").write_text(json.dumps({"audit": {"image": {"synthetic": {"audit": {"flag_rate": flags}}}}}))
+    (m / "membership.json").write_text(json.dumps({"audit": {"members": 60, "nonmembers": 40, "closest_mae": {
+        "auc": membership[0], "auc_ci_low": membership[1], "auc_ci_high": membership[2]}}}))
     rel = root / "results" / "relict" / "audit"
     rel.mkdir(parents=True)
     rows = "".join(f"p{k}\t2\t{n}\n" for k, n in enumerate(per_patient))
@@ -48,7 +50,8 @@ def test_a_clean_audit_passes_the_default_policy(tmp_path, capsys):
     out = json.loads((root / "results/gate.json").read_text())
     assert out["result"] == "pass" and out["exit_status"] == 0
     assert {c["rule"] for c in out["checks"]} == {"calibrated_copies", "copies_per_patient", "local_copies",
-                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor"}
+                                                  "privacy_flag_rate", "c_t", "frechet_distance_vs_floor",
+                                                  "membership_auc"}
     text = capsys.readouterr().out
     assert "PASS  audit: calibrated_copies 0 (limit <= 0)" in text and text.strip().endswith("gate: PASS")
 

@@ -255,11 +255,30 @@ def stage_radiomics() -> str:
     return _digest(np.array(list(feats)), np.array(list(feats.values()), np.float64))
 
 
+def stage_membership() -> str:
+    """The membership attacks (synthaudit.membership): the samples' PCA (an SVD), the kernel densities'
+    covariance, Cholesky factor and solves (LAPACK), the embedding distances and the patient bootstrap."""
+    import numpy as np
+
+    from .features.compare import all_pairs_feature_measures
+    from .membership import attacks, evaluate
+
+    rng = np.random.default_rng(16)
+    samples, reference, candidates = rng.normal(size=(14, 40)), rng.normal(size=(12, 40)), rng.normal(size=(10, 40))
+    groups = [f"p{k // 2}" for k in range(12)]
+    ratio = attacks.density_ratio_scores(candidates, samples, reference, groups[:10], groups, dimension=5)
+    closest = attacks.closest_distance_scores(
+        all_pairs_feature_measures(candidates.astype(np.float32), samples.astype(np.float32), ["emb_rmse"])["emb_rmse"])
+    boot = evaluate.bootstrap(ratio[:5], ratio[5:], 200, 0, 0.95)
+    return _digest(ratio, closest, np.array(boot["auc_ci"] + boot["advantage_ci"]))
+
+
 STAGES: dict[str, Callable[[], str]] = {
     "numpy": stage_numpy, "sort": stage_sort, "blas": stage_blas, "scipy": stage_scipy,
     "registration": stage_registration, "numba": stage_numba, "alignment": stage_alignment, "unet": stage_unet,
     "filter": stage_filter,
     "cvae": stage_cvae, "ldm": stage_ldm, "encoder": stage_encoder, "radiomics": stage_radiomics,
+    "membership": stage_membership,
 }
 
 

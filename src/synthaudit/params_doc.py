@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import _object_schema, _resolve, load_schema
 
-TOP = ("datasets", "relict", "fidelity", "privacy", "anonymise", "feature_study", "generator_sweep", "compute")
+TOP = ("datasets", "relict", "fidelity", "membership", "privacy", "anonymise", "feature_study", "generator_sweep", "compute")
 
 
 def _allowed(node: dict, root: dict) -> str:

@@ -170,6 +170,12 @@ class WorkflowPlan:
                                    and self.fidelity["frd_classes"] and d in self.seg_datasets
                                    and self.training_of[d] in self.heldout_seg_bases]
 
+        # membership inference (synthaudit.membership): every set with samples whose training set has held-out
+        # scans (the non-members), the generator sweep's too (fewer training patients: more exposed)
+        self.membership = config["membership"]
+        self.membership_datasets = ([d for d in self.datasets if self.training_of[d] in self.calibration_bases
+                                     and self.plans[d].synthetic] if self.membership["enabled"] else [])
+
         self.privacy = config.get("privacy") or {}
         self.privacy_sets = list(self.privacy.get("training_sets") or [])
         self.privacy_ae = self.privacy.get("latent_autoencoder")
@@ -323,6 +329,31 @@ class WorkflowPlan:
         """Synthetic volumes made from a held-out scan (spiked non-replicas) -> that scan's patient."""
         held = {s.id: s.patient_id for s in self.plans[self.training_of[dataset]].heldout}
         return {r["id"]: held[r["source_id"]] for r in self.plans[dataset].spiked if r.get("source_id") in held}
+
+    def membership_measures(self, dataset: str) -> list[str]:
+        """The image measures whose closest-sample attack runs on a set: those of membership.attacks that the
+        set's all-pairs image level computes (its training x samples matrix is reused)."""
+        return [m for m in self.image_measures if f"closest_{m}" in self.membership["attacks"]
+                and m in self.measures_by_dataset[dataset]]
+
+    def membership_embeddings(self, dataset: str) -> list[str]:
+        """The feature level's embeddings the embedding attacks read (training, held-out, samples); none where
+        the set has no feature level or no embedding attack is asked for."""
+        if dataset not in self.feature_datasets or not {"closest_emb_rmse", "density_ratio"} & set(
+                self.membership["attacks"]):
+            return []
+        base = self.training_of[dataset]
+        return [f"results/relict/features/{base}/train.npz", f"results/relict/features/{base}/heldout.npz",
+                f"results/relict/features/{dataset}/synthetic.npz"]
+
+    def membership_inputs(self, dataset: str) -> dict:
+        """Who the attacker's candidates are (synthaudit.membership.audit.candidates): the training and
+        held-out scans with their patients, the scans the generator trained on (a sweep's subset) and the
+        held-out patients whose scan is in the synthetic set."""
+        p = self.plans[dataset]
+        trained = self.generator_training_ids(dataset) if dataset in self.ldm_datasets else None
+        return {"train": [[s.id, s.patient_id] for s in p.train], "heldout": [[s.id, s.patient_id] for s in p.heldout],
+                "trained_ids": trained, "released_patients": sorted(set(self.heldout_source_patients(dataset).values()))}
 
     def ratings_file(self, dataset: str) -> str | None:
         """The rating table that evaluation uses, or None (no evaluation for this dataset)."""

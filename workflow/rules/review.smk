@@ -262,6 +262,9 @@ rule verdict:
         local=[f"results/relict/{d}/local/local.json" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
         local_figures=[f"results/figures/{d}/local_copies.png" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
         fidelity=[f"results/fidelity/{d}/fidelity.json" for d in PLAN.fidelity_datasets],
+        membership=[
+            f"results/membership/{d}/membership.json" for d in REVIEWED_DATASETS if d in PLAN.membership_datasets
+        ],
         # an audit workspace's input warnings (synthaudit init), which the verdict repeats
         warnings=lambda wc: [p for p in ["data/input_warnings.tsv"] if Path(p).is_file()],
         # its time estimate, which the verdict sets beside the jobs' benchmark files
@@ -273,6 +276,16 @@ rule verdict:
                 f"results/figures/{d}/verdict.png", caption="../report/verdict.rst", category="Verdict", subcategory=d
             )
             for d in REVIEWED_DATASETS
+        ],
+        membership_figures=[
+            report(
+                f"results/figures/{d}/membership_roc.png",
+                caption="../report/membership_roc.rst",
+                category="Membership",
+                subcategory=d,
+            )
+            for d in REVIEWED_DATASETS
+            if d in PLAN.membership_datasets
         ],
     log:
         "logs/verdict.log",
@@ -287,6 +300,7 @@ rule verdict:
         measures=PLAN.measures,
         training_of=TRAINING_OF,
         aligned=PLAN.aligned_datasets,  # searched for flipped/shifted/rotated copies; the verdict says which were not
+        membership=[d for d in REVIEWED_DATASETS if d in PLAN.membership_datasets],  # their ROC figures, in order
         # path templates for the script (functions: Snakemake would fill "{...}" as wildcards)
         synthetic_image=lambda wc: "results/synthetic/{dataset}/images/{id}.nii.gz",
         training_image=lambda wc: "results/preprocessed/{dataset}/images/{id}.nii.gz",
@@ -303,6 +317,7 @@ rule verdict_page:
         fidelity=["results/metrics/fidelity.json"] if PLAN.fidelity_datasets else [],
         privacy=["results/metrics/privacy.json"] if PLAN.privacy_runs else [],
         fidelity_figures=[f"results/figures/{d}/fidelity.png" for d in PLAN.fidelity_datasets],
+        membership=["results/metrics/membership.json"] if PLAN.membership_datasets else [],
     output:
         "results/verdict.html",
     log:

@@ -5,11 +5,13 @@ and results/figures/{dataset}/verdict.png). Numbers are read from the run's own 
 (synthaudit.review.verdict); nothing is recomputed."""
 
 import base64
+import json
 from pathlib import Path
 
 from synthaudit.relict.figures import verdict_figure
 from synthaudit.io import atomic_path, load_volume
 from synthaudit.logs import logged
+from synthaudit.membership.figures import roc_figure
 from synthaudit.review.verdict import dataset_verdict, verdict_lines
 
 
@@ -53,5 +55,8 @@ with logged(snakemake.log[0]) as log:
             sections += [".. raw:: html", "", f'   <img alt="{d}: local copies" style="max-width:100%"',
                          '        src="data:image/png;base64,'] + [f"   {chunk}" for chunk in png] + ['   ">', ""]
         log.info("%s", "\n".join(lines))
+    for d, summary, path in zip(p.membership, snakemake.input.membership, snakemake.output.membership_figures):
+        m = json.loads(Path(summary).read_text())  # synthaudit.membership's ROC curves
+        roc_figure(path, m, f"{d}: membership attacks on the patients, with {m['level']:.0%} patient-bootstrap bands")
     with atomic_path(snakemake.output.rst) as tmp:
         Path(tmp).write_text("\n".join(sections) + "\n")

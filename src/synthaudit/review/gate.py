@@ -102,6 +102,7 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
     """Every rule of ``policy`` on every dataset of the audit in ``root``."""
     root = Path(root)
     copies, fidelity, privacy = _read(root, "copies"), _read(root, "fidelity"), _read(root, "privacy")
+    membership = _read(root, "membership")
     calibrated = [d for d, c in copies.items() if isinstance(c, dict) and "n_copies" in c]
     datasets = policy.get("datasets") or calibrated
     rules = policy["rules"]
@@ -177,6 +178,19 @@ def evaluate(root: str | Path, policy: dict) -> list[Check]:
                       if fd.get("ci_low") is not None else None)
                 out.append(Check(d, "frechet_distance_vs_floor", _decide(v, ci, lambda x: x <= r["max"]), v, ci, limit,
                                  f"FD {fd['value']:.4g} over the held-out floor {fd['floor']:.4g}"))
+        if "membership_auc" in rules:  # issue 64: do the samples tell who trained the generator?
+            r, limit = rules["membership_auc"], f"<= {rules['membership_auc']['max']:g}"
+            m = membership.get(d) or {}
+            judged = [(k, e) for k, e in m.items() if isinstance(e, dict) and "auc" in e
+                      and (r.get("attacks") is None or k in r["attacks"])]
+            if not judged:
+                missing(d, "membership_auc", limit, "membership attacks (needs held-out scans: results/metrics/"
+                        "membership.json)")
+            for name, e in judged:
+                ci = [e["auc_ci_low"], e["auc_ci_high"]]
+                out.append(Check(d, "membership_auc", _decide(float(e["auc"]), ci, lambda x: x <= r["max"]),
+                                 float(e["auc"]), ci, limit, f"{name}: {m['members']} member and {m['nonmembers']} "
+                                 "non-member patients"))
         if "frd_vs_floor" in rules:  # the robust FRD (issue 63): v1 can be one feature constant over the training scans
             r, limit = rules["frd_vs_floor"], f"<= {rules['frd_vs_floor']['max']:g}"
             fr = (f or {}).get("frd_robust") or {}

@@ -1,6 +1,6 @@
 """``results/verdict.html``: the page a person reads first, standalone (no report chrome), at full
 width: the gate's decision, then per synthetic set the verdict, the most likely copies beside their
-training scans, where copied regions are, fidelity, and the provenance.
+training scans, where copied regions are, fidelity, membership inference, and the provenance.
 
 Why a page of its own: the Snakemake report shows the verdict as a caption in a narrow column with
 thumbnail figures (issue 46); the figures themselves are clear. The page links them at full size and
@@ -114,6 +114,7 @@ def render(root: str | Path, datasets: Sequence[str], measures: Sequence[str], a
         body += _figure(root, f"figures/{d}/verdict.png", f"{d}: the most likely copies beside their training scans")
         body += _figure(root, f"figures/{d}/local_copies.png", f"{d}: where the copied regions are")
         body += _figure(root, f"figures/{d}/fidelity.png", f"{d}: samples and real scans in the embedding")
+        body += _figure(root, f"figures/{d}/membership_roc.png", f"{d}: membership attacks, ROC on the patients")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>synthaudit verdict: {result}</title><style>{STYLE}</style></head><body>\n"

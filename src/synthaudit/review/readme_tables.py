@@ -3,7 +3,7 @@
 Why: typed numbers went stale every time the demo changed (issue 30 found 199 moved values),
 and a reader could not tell which run they came from. The tables sit between markers in
 docs/demo_results.md (in README.md until the README became a short front door, issue 30);
-``--write`` replaces them from ``results/metrics/{relict,copies}.json`` and a test
+``--write`` replaces them from ``results/metrics/{relict,copies,membership}.json`` and a test
 (tests/test_readme_tables.py) checks that the committed page and the committed metrics agree.
 
     python -m synthaudit.review.readme_tables --write   # after `make demo`: docs/demo_results.md
@@ -96,11 +96,27 @@ def local_table(copies: dict) -> str:
                   + [f"{s} mm controls: local (distinctive third) / whole-volume RMSE" for s in sizes], rows)
 
 
+def membership_table(membership: dict) -> str:
+    """Each set's membership attacks (synthaudit.membership): the patients on each side, each attack's AUC with
+    its patient-bootstrap interval."""
+    attacks = list(dict.fromkeys(k for m in membership.values() for k, v in m.items() if isinstance(v, dict)))
+    rows = []
+    for d, m in membership.items():
+        cells = [f"{m[a]['auc']:.2f} [{m[a]['auc_ci_low']:.2f}, {m[a]['auc_ci_high']:.2f}]" if a in m else "–"
+                 for a in attacks]
+        rows.append([d, f"{m['members']} / {m['nonmembers']}"] + cells)
+    return _table(["dataset", "member / non-member patients"] + [f"{a}: AUC [95 % CI]" for a in attacks], rows)
+
+
 def tables(metrics_dir: Path) -> dict[str, str]:
     relict = json.loads((metrics_dir / "relict.json").read_text())
     copies = json.loads((metrics_dir / "copies.json").read_text())
-    return {"demo-rating": rating_table(relict), "demo-calibrated": calibrated_table(relict, copies),
-            "demo-local": local_table(copies)}
+    out = {"demo-rating": rating_table(relict), "demo-calibrated": calibrated_table(relict, copies),
+           "demo-local": local_table(copies)}
+    membership = metrics_dir / "membership.json"
+    if membership.is_file():
+        out["demo-membership"] = membership_table(json.loads(membership.read_text()))
+    return out
 
 
 def block(name: str, body: str, target: Path | str = TARGET) -> str:

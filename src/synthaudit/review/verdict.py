@@ -15,6 +15,7 @@ from pathlib import Path
 from ..io import read_metrics, read_tsv
 from ..relict.ranking import read_ranking
 from ..fidelity.audit import summary_lines as fidelity_lines
+from ..membership.audit import summary_lines as membership_lines
 from ..relict.texture import texture_line
 from ..resources import INPUT_WARNINGS as WARNINGS_FILE
 
@@ -62,6 +63,9 @@ def dataset_verdict(root: Path, dataset: str, order: list[str] | None = None,
         per_volume = fidelity.with_name("per_volume.tsv")
         if per_volume.is_file():  # authenticity per sample, set beside the calibrated calls
             out["authentic_of"] = {r["id"]: r["authentic"] == "True" for r in read_tsv(per_volume)}
+    membership = Path(root) / "results" / "membership" / dataset / "membership.json"
+    if membership.is_file():  # synthaudit.membership: whether the samples tell who trained the generator
+        out["membership"] = json.loads(membership.read_text())
     local = base / "local" / "local.json"
     if local.is_file():  # relict.local: regions copied into otherwise new volumes
         out["local"] = local_verdict(base / "local")
@@ -189,6 +193,11 @@ def verdict_lines(v: dict) -> list[str]:
     if "fidelity" in v:
         lines += fidelity_lines(v["fidelity"])
         lines += reconcile_lines(v)
+    if "membership" in v:
+        lines += membership_lines(v["membership"])
+    elif "combined" not in v:
+        lines.append("  membership inference: off: no held-out scans, the non-members an attack is measured against "
+                     "(give patients with role heldout that the generator never saw; docs/membership.md)")
     per = []
     for m, e in v["measures"].items():
         parts = []
