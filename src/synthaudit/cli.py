@@ -170,6 +170,16 @@ def _where(args) -> int:
                 flagged = ", ".join(f"{n} {_f(x['flag_rate'])}" for n, x in e["synthetic"].items())
                 print(f"    {owner:>12} {space:>6}: verification AUC {_f(e['verification_auc'])}, specificity "
                       f"{_f(e['specificity'])}, flag rate {flagged}")
+    membership = root / "results/metrics/membership.json"
+    if membership.is_file():  # synthaudit.membership: do the samples tell who trained the generator?
+        print(f"  membership:         {membership.relative_to(root)}, results/membership/<dataset>/")
+        for d, e in read_metrics(membership).items():
+            aucs = {k: a for k, a in e.items() if isinstance(a, dict) and "auc" in a}
+            if aucs:
+                name = max(aucs, key=lambda k: (aucs[k]["auc"], k))
+                a = aucs[name]
+                print(f"    {d:>12}: strongest attack {name}, AUC {_f(a['auc'])} [{_f(a['auc_ci_low'])}, "
+                      f"{_f(a['auc_ci_high'])}] ({e['members']} member, {e['nonmembers']} non-member patients)")
     gate = root / "results/gate.json"
     print("  the decision:       " + (f"{gate.relative_to(root)}: {json.loads(gate.read_text())['result']}"
                                       if gate.is_file() else "synthaudit gate (not run yet)")
