@@ -215,3 +215,19 @@ def test_the_reference_table_is_the_committed_measurement_and_the_stages_auc():
     metrics = json.loads((root / "results/metrics/membership.json").read_text())
     for r in json.loads((root / reference.RESULT).read_text())["rows"]:
         assert r["leave_patient_out"] == pytest.approx(metrics[r["dataset"]]["density_ratio"]["auc"], abs=1e-6)
+
+
+def test_the_card_carries_the_strongest_membership_attack(tmp_path):
+    from synthaudit.review import card
+
+    metrics = tmp_path / "results" / "metrics"
+    metrics.mkdir(parents=True)
+    (metrics / "membership.json").write_text(json.dumps({"set": {"members": 9, "nonmembers": 7, "closest_mae": {
+        "auc": 0.62, "auc_ci_low": 0.4, "auc_ci_high": 0.8}, "density_ratio": {
+        "auc": 0.71, "auc_ci_low": 0.5, "auc_ci_high": 0.9}}, "none": {"members": 3, "nonmembers": 0}}))
+    numbers = card.membership_numbers(tmp_path)
+    assert numbers == {"set": {"attack": "density_ratio", "value": 0.71, "ci": [0.5, 0.9], "members": 9,
+                               "nonmembers": 7}}
+    text = card.markdown({"provenance": {}, "gate": {"result": "pass", "policy": "p", "checks": []},
+                          "generators": {}, "files": {"set": []}, "key_numbers": {"set": {"membership_auc": numbers["set"]}}})
+    assert "strongest attack (density_ratio): AUC 0.71 [0.5, 0.9] on 9 member and 7 non-member" in text

@@ -101,8 +101,25 @@ def build(root: str | Path) -> dict:
                     for m in ("frechet_distance", "frd", "authenticity"):
                         if m in e:
                             numbers[d][m] = {"value": e[m]["value"], "floor": e[m]["floor"]}
+    for d, m in membership_numbers(root).items():
+        numbers.setdefault(d, {})["membership_auc"] = m
     return {"card": "synthaudit audit card", "version": 1, "provenance": provenance,
             "gate": verdict, "generators": generators, "key_numbers": numbers, "files": _manifest(root)}
+
+
+def membership_numbers(root: Path) -> dict[str, dict]:
+    """Per set, the strongest membership attack (the highest AUC; synthaudit.membership) with its interval and
+    the patients on each side: can the samples tell who trained the generator?"""
+    path = Path(root) / "results" / "metrics" / "membership.json"
+    out = {}
+    for d, e in (json.loads(path.read_text()) if path.is_file() else {}).items():
+        aucs = {k: a for k, a in e.items() if isinstance(a, dict) and "auc" in a}
+        if aucs:
+            name = max(aucs, key=lambda k: (aucs[k]["auc"], k))
+            out[d] = {"attack": name, "value": aucs[name]["auc"], "ci": [aucs[name]["auc_ci_low"],
+                                                                         aucs[name]["auc_ci_high"]],
+                      "members": e["members"], "nonmembers": e["nonmembers"]}
+    return out
 
 
 def markdown(card: dict) -> str:
@@ -120,11 +137,17 @@ def markdown(card: dict) -> str:
         lines.append(f"- generator: {card['generators'].get(d) or 'not stated'}")
         lines.append("- files: " + ", ".join(f"{n} {role}" for role, n in roles.items()) + " (SHA-256 in the JSON card)")
         for k, v in (card["key_numbers"].get(d) or {}).items():
+            if k == "membership_auc":
+                lines.append(f"- membership inference, strongest attack ({v['attack']}): AUC {v['value']:.3g} "
+                             f"[{v['ci'][0]:.3g}, {v['ci'][1]:.3g}] on {v['members']} member and {v['nonmembers']} "
+                             "non-member patients")
+                continue
             lines.append(f"- {k}: " + (f"{v['value']:.4g} (held-out floor {v['floor']:.4g})" if isinstance(v, dict)
                                         else f"{v}"))
         failed = [c for c in card["gate"]["checks"] if c["dataset"] == d and c["verdict"] != "pass"]
         for c in failed:
-            lines.append(f"- gate rule {c['rule']}: {c['verdict']} (value {c['value']}, limit {c['limit']})")
+            lines.append(f"- gate rule {c['rule']}: {c['verdict']} (value {c['value']}, limit {c['limit']}"
+                         + (f"; {c['why']})" if c.get("why") else ")"))
         lines.append("")
     return "\n".join(lines)
 
