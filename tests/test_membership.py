@@ -156,6 +156,16 @@ def test_audit_finds_a_generator_that_emits_its_training_scans():
     json.dumps(result)  # the summary is plain JSON
 
 
+def test_precomputed_scores_join_as_an_attack_and_must_cover_every_candidate():
+    train, heldout = _scans("t", 4, 1), _scans("h", 4, 1)
+    c = audit.candidates(train, heldout)
+    result, scores = audit.audit(c, {}, None, SETTINGS, 3, {"filter_image": np.array([4, 3, 2, 1, 0.5, 0, -1, -2])})
+    assert result["attacks"]["filter_image"]["auc"] == 1.0 and "re-identification filter" in \
+        result["attacks"]["filter_image"]["label"]
+    with pytest.raises(ValueError, match="3 scores for 8 candidate scans"):
+        audit.audit(c, {}, None, SETTINGS, 3, {"filter_image": np.zeros(3)})
+
+
 def test_audit_without_nonmembers_says_why():
     c = audit.candidates(_scans("t", 3, 1), _scans("h", 2, 1), released_patients=["h0", "h1"])
     result, scores = audit.audit(c, {}, None, SETTINGS, 5)
@@ -231,3 +241,18 @@ def test_the_card_carries_the_strongest_membership_attack(tmp_path):
     text = card.markdown({"provenance": {}, "gate": {"result": "pass", "policy": "p", "checks": []},
                           "generators": {}, "files": {"set": []}, "key_numbers": {"set": {"membership_auc": numbers["set"]}}})
     assert "strongest attack (density_ratio): AUC 0.71 [0.5, 0.9] on 9 member and 7 non-member" in text
+
+
+def test_density_ratio_is_at_chance_without_a_leak_where_patients_are_independent():
+    """No leak (the samples are new patients from the members' and non-members' population), every patient
+    independent: the leave-patient-out reference keeps the density ratio's AUC at chance over draws. (Where
+    patients come in families, it does not: docs/membership.md's real-anatomy table.)"""
+    rng = np.random.default_rng(11)
+    aucs = []
+    for draw in range(12):
+        members, nonmembers, samples = (rng.normal(size=(n, 12)) for n in (30, 20, 50))
+        c = audit.candidates([(f"t{k}", f"t{k}") for k in range(30)], [(f"h{k}", f"h{k}") for k in range(20)])
+        scores = attacks.density_ratio_scores(np.vstack([members, nonmembers]), samples, nonmembers, c.patients,
+                                              c.nonmember_patients, 5)
+        aucs.append(evaluate.auc(scores[:30], scores[30:]))
+    assert abs(np.mean(aucs) - 0.5) < 0.05

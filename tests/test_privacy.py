@@ -386,6 +386,13 @@ def test_evaluate_space_end_to_end_on_an_easy_cohort():
     assert f0["sensitivity_heldout"] == s["sensitivity"]["heldout_patients"]["flag_rate_overall"]
     assert f0["synthetic"]["gen"] == {"flag_rate": s["synthetic"]["gen"]["flag_rate"], "replica_flag_rate": 1.0}
     assert f1["tau"] == s["tau_per_filter"][1] and 0.0 <= f1["synthetic"]["gen"]["flag_rate"] <= 1.0
+    # the filter as a membership attacker (issue 64): every real scan's best score against the set's samples; a
+    # training scan's best equals its decision's match where it is that sample's best training scan
+    mem = out["membership"]
+    assert [r["id"] for r in mem] == ids and {r["dataset"] for r in mem} == {"gen"}
+    best_of = {r["id"]: r["best_score"] for r in mem}
+    for r in rows:
+        assert best_of[r["match"]] >= r["best_score"] - 1e-6
 
 
 def test_contrastive_filters_scored_by_correlation_evaluate_end_to_end():

@@ -346,6 +346,14 @@ class WorkflowPlan:
         return [f"results/relict/features/{base}/train.npz", f"results/relict/features/{base}/heldout.npz",
                 f"results/relict/features/{dataset}/synthetic.npz"]
 
+    def membership_filter_scores(self, dataset: str) -> list[str]:
+        """The privacy filters' best scores of every real scan against the set's samples (privacy_evaluate), one
+        file per filter space: the filter attack, where the training set has filters judging this set."""
+        base = self.training_of[dataset]
+        if "filter" not in self.membership["attacks"] or dataset not in self.privacy_targets.get(base, []):
+            return []
+        return [f"results/privacy/{base}/{space}/membership.tsv" for space in self.privacy_spaces(base)]
+
     def membership_inputs(self, dataset: str) -> dict:
         """Who the attacker's candidates are (synthaudit.membership.audit.candidates): the training and
         held-out scans with their patients, the scans the generator trained on (a sweep's subset) and the

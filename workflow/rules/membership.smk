@@ -13,6 +13,7 @@ rule membership:
             f"results/relict/{wc.dataset}/measures/{m}.npz" for m in PLAN.membership_measures(wc.dataset)
         ],
         embeddings=lambda wc: PLAN.membership_embeddings(wc.dataset),
+        filter_scores=lambda wc: PLAN.membership_filter_scores(wc.dataset),
         grid=grid_json,
     output:
         summary="results/membership/{dataset}/membership.json",
@@ -33,6 +34,7 @@ rule membership:
         measures=lambda wc: PLAN.membership_measures(wc.dataset),
         candidates=lambda wc: PLAN.membership_inputs(wc.dataset),
         synthetic_ids=lambda wc: split_ids(wc.dataset, "synthetic"),
+        filter_spaces=lambda wc: [Path(p).parent.name for p in PLAN.membership_filter_scores(wc.dataset)],
         scaling=config["relict"]["features"]["scaling"],  # the embedding attacks compare as the feature level
     script:
         "../scripts/membership.py"

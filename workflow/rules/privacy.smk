@@ -101,6 +101,8 @@ rule privacy_evaluate:
         summary="results/privacy/{dataset}/{space}/evaluation.json",
         timing="results/privacy/{dataset}/{space}/evaluation.timing.json",
         decisions="results/privacy/{dataset}/{space}/decisions.tsv",
+        # filter 0's best score of every real scan against each synthetic set: the membership stage's attacker
+        membership="results/privacy/{dataset}/{space}/membership.tsv",
         figures=report(
             directory("results/privacy/{dataset}/{space}/figures"),
             patterns=["{name}.png"],

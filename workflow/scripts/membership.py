@@ -7,7 +7,7 @@ import json
 import numpy as np
 
 from synthaudit.features.compare import load_embeddings, standardise
-from synthaudit.io import check_on_grid, load_volume, write_json, write_tsv
+from synthaudit.io import check_on_grid, load_volume, read_tsv, write_json, write_tsv
 from synthaudit.logs import logged
 from synthaudit.membership import audit as ma
 from synthaudit.relict import matrix
@@ -55,7 +55,14 @@ with logged(snakemake.log[0]) as log:
         patient_of = dict(p.candidates["heldout"])
         embedded = {"candidates": cand, "samples": samples_scaled, "reference": reference,
                     "reference_patients": [patient_of[v] for v in held_ids]}
-    result, scores = ma.audit(c, distances, embedded, p.settings, len(syn_ids))
+    precomputed = {}
+    for space, path in zip(p.filter_spaces, i.filter_scores):  # the re-identification filter as the attacker
+        best = {r["id"]: float(r["best_score"]) for r in read_tsv(path) if r["dataset"] == dataset}
+        missing = [v for v in c.ids if v not in best]
+        if missing:
+            raise ValueError(f"{path}: no score of {missing[0]!r} against {dataset}'s samples; rerun privacy_evaluate")
+        precomputed[f"filter_{space}"] = np.array([best[v] for v in c.ids])
+    result, scores = ma.audit(c, distances, embedded, p.settings, len(syn_ids), precomputed)
     result.update({"dataset": dataset, "attacks_settings": {k: p.settings[k] for k in ("density_ratio", "fpr")}})
     write_json(snakemake.output.summary, result)
     rows = ma.patient_rows(c, scores)

@@ -44,6 +44,7 @@ with logged(snakemake.log[0]) as log:
         Path(p).name.removesuffix("_history.tsv"): float(np.mean([float(r["seconds"]) for r in read_tsv(p)]))
         for p in snakemake.input.histories}})
     write_tsv(snakemake.output.decisions, result["decisions"])
+    write_tsv(snakemake.output.membership, result["membership"], ["dataset", "id", "best_score"])
 
     out = Path(snakemake.output.figures)
     with atomic_directory(out) as tmp:

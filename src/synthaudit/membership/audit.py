@@ -21,7 +21,9 @@ from . import attacks, evaluate
 LABELS = {"closest_mae": "distance to the closest sample (MAE)",
           "closest_rmse": "distance to the closest sample (RMSE)",
           "closest_emb_rmse": "distance to the closest sample in the encoder's embedding",
-          "density_ratio": "DOMIAS density ratio on the embedding"}
+          "density_ratio": "DOMIAS density ratio on the embedding",
+          **{f"filter_{s}": f"the re-identification filter's best score ({s} space)" for s in ("image", "latent",
+                                                                                                "pretrained")}}
 FPR_GRID = np.linspace(0.0, 1.0, 51)
 
 
@@ -69,10 +71,11 @@ def candidates(train: Sequence[tuple[str, str]], heldout: Sequence[tuple[str, st
 
 
 def run_attacks(c: Candidates, distances: Mapping[str, np.ndarray], embedded: dict | None,
-                settings: dict) -> dict[str, np.ndarray]:
+                settings: dict, precomputed: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
     """Every attack's score per candidate scan: the closest sample by each image measure in ``distances``
     (candidates x samples) and, with ``embedded`` (``candidates``, ``samples``, ``reference`` rows and the
-    reference's ``reference_patients``), by the embedding and DOMIAS's density ratio."""
+    reference's ``reference_patients``), by the embedding and DOMIAS's density ratio; ``precomputed`` scores
+    (per candidate, in ``c.ids``' order: the re-identification filters') join as they are."""
     wanted = set(settings["attacks"])
     scores = {f"closest_{m}": attacks.closest_distance_scores(d) for m, d in distances.items()
               if f"closest_{m}" in wanted}
@@ -86,6 +89,10 @@ def run_attacks(c: Candidates, distances: Mapping[str, np.ndarray], embedded: di
             scores["density_ratio"] = attacks.density_ratio_scores(
                 embedded["candidates"], embedded["samples"], embedded["reference"], c.patients,
                 embedded["reference_patients"], settings["density_ratio"]["dimension"])
+    for name, s in (precomputed or {}).items():
+        if len(s) != len(c.ids):
+            raise ValueError(f"attack {name}: {len(s)} scores for {len(c.ids)} candidate scans")
+        scores[name] = np.asarray(s, dtype=np.float64)
     return scores
 
 
@@ -115,7 +122,7 @@ def evaluate_attacks(c: Candidates, scores: Mapping[str, np.ndarray], settings: 
 
 
 def audit(c: Candidates, distances: Mapping[str, np.ndarray], embedded: dict | None, settings: dict,
-          n_synthetic: int) -> tuple[dict, dict[str, np.ndarray]]:
+          n_synthetic: int, precomputed: Mapping[str, np.ndarray] | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """The set's ``membership.json`` content and the attacks' scores per candidate scan."""
     result = {"n_synthetic": int(n_synthetic), "members": len(c.member_patients),
               "nonmembers": len(c.nonmember_patients), "member_scans": int(sum(c.member)),
@@ -126,7 +133,7 @@ def audit(c: Candidates, distances: Mapping[str, np.ndarray], embedded: dict | N
         result["why_not"] = ("no member patients" if not c.member_patients else
                              "no non-member patients: every held-out patient is excluded or there are none")
         return result, {}
-    scores = run_attacks(c, distances, embedded, settings)
+    scores = run_attacks(c, distances, embedded, settings, precomputed)
     result["attacks"] = evaluate_attacks(c, scores, settings)
     level = settings["bootstrap"]["level"]
     result["power"] = {f"{a:g}": evaluate.auc_power(a, result["members"], result["nonmembers"], level)

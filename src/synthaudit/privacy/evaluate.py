@@ -184,7 +184,21 @@ def evaluate_space(real: Mapping, synthetic: Mapping, filters: Sequence[SiameseN
         "scores": {"heldout": ht.max(axis=1), "synthetic": {n: first["dec"]["best"][np.array(
             [i for i, d in enumerate(syn_sets) if d == n])] for n in per_set}},
         "learned": {n: np.isin(train_ids, per_set[n]["learned_training_ids"]) for n in per_set},
+        "membership": membership_rows(first, ids, syn_sets, head),
     }
+
+
+def membership_rows(first: Mapping, ids: Sequence[str], syn_sets: Sequence[str], head: str) -> list[dict]:
+    """The filter as a membership attacker (synthaudit.membership, issue 64): per synthetic set and real scan
+    (training and held-out alike), filter 0's best score between the scan and the set's samples."""
+    if not len(syn_sets):
+        return []
+    best = score_matrix(first["model"], first["f_syn"], first["f_real"], head).numpy()
+    rows = []
+    for name in dict.fromkeys(syn_sets):
+        mine = np.array([d == name for d in syn_sets])
+        rows += [{"dataset": name, "id": i, "best_score": float(v)} for i, v in zip(ids, best[mine].max(axis=0))]
+    return rows
 
 
 def _filter_numbers(model, f_real, r, tau, dec, pairs, same, cal, ids, patients, roles, held, train, syn_sets,
