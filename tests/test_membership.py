@@ -256,3 +256,39 @@ def test_density_ratio_is_at_chance_without_a_leak_where_patients_are_independen
                                               c.nonmember_patients, 5)
         aucs.append(evaluate.auc(scores[:30], scores[30:]))
     assert abs(np.mean(aucs) - 0.5) < 0.05
+
+
+def test_the_real_anatomy_tables_are_the_committed_measurement():
+    """docs/membership.md's no-leak and graded-leak tables are results/bench/membership_real_anatomy.json's
+    (bench/membership/real_anatomy.py), with every set the bench draws."""
+    import importlib.util
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("membership_real_anatomy", root / "bench/membership/real_anatomy.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.doc(write=False) == 0, "run `.venv/bin/python bench/membership/real_anatomy.py doc --write`"
+    rows = json.loads((root / bench.RESULT).read_text())["rows"]
+    drawn = {(r["kind"], r["level"]) for r in rows}
+    assert drawn == {("none", 0.0)} | {("crowding", f) for f in bench.CROWDING} | {("copies", q) for q in bench.COPIES}
+    assert sum(r["kind"] == "none" for r in rows) == bench.NO_LEAK_DRAWS
+
+
+def test_the_verdict_says_why_membership_is_off_without_heldout_scans_and_reads_it_where_it_ran(tmp_path):
+    from synthaudit.relict.ranking import write_ranking
+    from synthaudit.review.verdict import dataset_verdict, verdict_lines
+
+    rows = [{"synthetic_id": f"g{k}", "closest_training_id": f"t{k}", "score": 0.5 + k, "ratio": 0.5 + k,
+             "rank": k + 1, "n_used": 4, "distance": 1.0, "mean_n_closest": 1.0} for k in range(2)]
+    write_ranking(tmp_path / "results/relict/audit/ranking_mae.tsv", rows)
+    off = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
+    assert any("membership inference: off: no held-out scans" in line for line in off)
+    c = audit.candidates(_scans("t", 4, 1), _scans("h", 4, 1))
+    result, _ = audit.audit(c, {}, None, SETTINGS, 3, {"filter_image": np.arange(8.0)[::-1].copy()})
+    path = tmp_path / "results/membership/audit/membership.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(result))
+    lines = verdict_lines(dataset_verdict(tmp_path, "audit", ["mae"]))
+    assert any("membership inference (an attacker with a patient's scan" in line and "AUC 1.00" in line
+               for line in lines)
