@@ -39,6 +39,8 @@ include: "workflow/rules/fidelity.smk"
 include: "workflow/rules/membership.smk"
 include: "workflow/rules/figures.smk"
 include: "workflow/rules/review.smk"
+include: "workflow/rules/filter.smk"
+include: "workflow/rules/verdict.smk"
 include: "workflow/rules/privacy.smk"
 include: "workflow/rules/anonymise.smk"
 
