@@ -487,3 +487,25 @@ def test_the_robust_frd_floor_table_is_the_committed_measurement():
     assert tof["left_out"] < 0.1 * (tof["kept"] + tof["left_out"])
     page = " ".join((ROOT / "docs/fidelity.md").read_text().split())
     assert f"at 1e-4 its largest feature carries {100 * rows[('ncct_demo', shipped)]['largest_share']:.0f} %" in page
+
+
+def test_the_copies_validation_table_is_the_committed_measurement():
+    """docs/fidelity_validation.md's table is results/bench/fidelity_copies_validation.json's
+    (bench/fidelity/copies_validation.py), with every set the bench draws, and the gate never passes the
+    membership rule on a set of half or more copies (issue 63's validation)."""
+    import importlib.util
+    import json
+
+    from workflow_helpers import ROOT
+
+    spec = importlib.util.spec_from_file_location("copies_validation", ROOT / "bench/fidelity/copies_validation.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.doc(write=False) == 0, "run `.venv/bin/python bench/fidelity/copies_validation.py doc --write`"
+    rows = json.loads((ROOT / bench.RESULT).read_text())["rows"]
+    assert {(r["copy_share"], r["blur_vox"]) for r in rows if r["heads"] is None} == (
+        {(0.0, 0.0)} | {(q, b) for q in bench.SHARES[1:] for b in bench.BLURS})
+    for r in rows:
+        assert 0.0 <= r["beta_recall"] <= 1.0 and 0.0 <= r["authenticity"] <= 1.0
+        if r["copy_share"] >= 0.5:
+            assert r["gate"]["membership_auc"] in ("fail", "inconclusive")
