@@ -58,3 +58,8 @@ def cli(argv, description: str, result: str, render: Callable[[dict], str], doc:
     print(render(res))
     print(f"written: {args.out}")
     return 0
+
+
+def root_option(parser) -> None:
+    """``compute --root``: the checkout whose ``make demo`` a bench reads (default: this one)."""
+    parser.add_argument("--root", type=Path, default=ROOT, help="a checkout whose make demo has run")

@@ -5,11 +5,25 @@ closed form against a simulation, and the gate's rule."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from synthaudit.membership import attacks, audit, evaluate
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench(path: str):
+    """A bench script as a module (bench/ is not a package): its RESULT, doc() and settings."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(Path(path).stem, ROOT / path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
 
 SETTINGS = {"attacks": ["closest_mae", "closest_rmse", "closest_emb_rmse", "density_ratio"],
             "density_ratio": {"dimension": 3}, "fpr": [0.01, 0.1], "power_auc": [0.6, 0.7], "exposed": 2,
@@ -194,15 +208,9 @@ def test_gate_membership_rule_fails_passes_and_is_inconclusive(tmp_path):
 def test_the_power_table_is_the_committed_measurement_and_the_closed_form():
     """docs/membership.md's power table is results/bench/membership_power.json's (bench/membership/power.py),
     and its closed-form columns are what synthaudit.membership.evaluate gives today."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("membership_power", root / "bench/membership/power.py")
-    power = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(power)
+    power = _bench("bench/membership/power.py")
     assert power.doc(write=False) == 0, "run `.venv/bin/python bench/membership/power.py doc --write`"
-    rows = json.loads((root / power.RESULT).read_text())["rows"]
+    rows = json.loads((ROOT / power.RESULT).read_text())["rows"]
     assert {(r["auc"], r["members"]) for r in rows} == {(a, m) for a in power.AUCS for m in power.MEMBERS}
     for r in rows:
         assert r["nonmembers_needed"] == evaluate.nonmembers_needed(r["auc"], r["members"])
@@ -214,16 +222,10 @@ def test_the_power_table_is_the_committed_measurement_and_the_closed_form():
 def test_the_reference_table_is_the_committed_measurement_and_the_stages_auc():
     """docs/membership.md's leave-patient-out table is results/bench/membership_reference.json's, and its
     leave-patient-out column is the density-ratio AUC the demo's stage wrote (results/metrics/membership.json)."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("membership_reference", root / "bench/membership/reference.py")
-    reference = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(reference)
+    reference = _bench("bench/membership/reference.py")
     assert reference.doc(write=False) == 0, "run `.venv/bin/python bench/membership/reference.py doc --write`"
-    metrics = json.loads((root / "results/metrics/membership.json").read_text())
-    for r in json.loads((root / reference.RESULT).read_text())["rows"]:
+    metrics = json.loads((ROOT / "results/metrics/membership.json").read_text())
+    for r in json.loads((ROOT / reference.RESULT).read_text())["rows"]:
         assert r["leave_patient_out"] == pytest.approx(metrics[r["dataset"]]["density_ratio"]["auc"], abs=1e-6)
 
 
@@ -261,15 +263,9 @@ def test_density_ratio_is_at_chance_without_a_leak_where_patients_are_independen
 def test_the_real_anatomy_tables_are_the_committed_measurement():
     """docs/membership.md's no-leak and graded-leak tables are results/bench/membership_real_anatomy.json's
     (bench/membership/real_anatomy.py), with every set the bench draws."""
-    import importlib.util
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    spec = importlib.util.spec_from_file_location("membership_real_anatomy", root / "bench/membership/real_anatomy.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench("bench/membership/real_anatomy.py")
     assert bench.doc(write=False) == 0, "run `.venv/bin/python bench/membership/real_anatomy.py doc --write`"
-    rows = json.loads((root / bench.RESULT).read_text())["rows"]
+    rows = json.loads((ROOT / bench.RESULT).read_text())["rows"]
     drawn = {(r["kind"], r["level"]) for r in rows}
     assert drawn == {("none", 0.0)} | {("crowding", f) for f in bench.CROWDING} | {("copies", q) for q in bench.COPIES}
     assert sum(r["kind"] == "none" for r in rows) == bench.NO_LEAK_DRAWS

@@ -69,10 +69,8 @@ def doc(write: bool) -> int:
 
 
 def main(argv=None) -> int:
-    def options(c):
-        c.add_argument("--root", type=Path, default=ROOT, help="a checkout whose make demo has run")
-
-    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, markdown, doc, options, lambda a: compute(a.root))
+    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, markdown, doc, doc_table.root_option,
+                         lambda a: compute(a.root))
 
 
 if __name__ == "__main__":
