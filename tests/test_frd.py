@@ -243,6 +243,48 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
     assert np.array_equal(flat, shipped_edges(np.full(4, 10.0), binWidth=5))
 
 
+def test_the_first_order_features_without_repeats_are_pyradiomics_own_bits():
+    """synthaudit.fidelity.first_order against PyRadiomics' own first-order getters, feature by feature, on
+    regions that take each branch: continuous values, whole numbers with many ties, a zero (the percentiles'
+    ±0 guard), both signed zeros, a flat region (skewness' and kurtosis' guard), one voxel, and a NaN (the
+    fallback to PyRadiomics). The same 64 bits, and the memo's arrays are not shared with the caller."""
+    from radiomics.firstorder import RadiomicsFirstOrder
+
+    from synthaudit.fidelity import first_order
+
+    fast = first_order.getters(RadiomicsFirstOrder)
+    rng = np.random.default_rng(3)
+    with_zero = rng.normal(0, 50, 4001)
+    with_zero[[7, 900]] = 0.0
+    signed_zeros = np.round(rng.normal(0, 2, 3000)) * 1.0
+    signed_zeros[signed_zeros == 0] = np.where(rng.random(int((signed_zeros == 0).sum())) < 0.5, 0.0, -0.0)
+    with_nan = rng.normal(size=500)
+    with_nan[3] = np.nan
+    regions = {"continuous": rng.normal(0, 100, 50_001), "ties": rng.integers(-20, 20, 10_000) * 5.0,
+               "a zero": with_zero, "signed zeros": signed_zeros, "flat": np.full(300, 12.5),
+               "one voxel": np.array([3.25]), "a NaN": with_nan}
+    for kind, values in regions.items():
+        def region(getter_set):
+            obj = types.SimpleNamespace(targetVoxelArray=values.reshape(1, -1).copy(), voxelArrayShift=300,
+                                        pixelSpacing=(2.0, 2.0, 1.5), voxelBased=False,
+                                        _moment=RadiomicsFirstOrder._moment)
+            for name, fn in getter_set.items():
+                setattr(obj, name, types.MethodType(fn, obj))
+            return obj
+
+        shipped = region({name: getattr(RadiomicsFirstOrder, name) for name in fast})
+        ours = region(fast)
+        for name in fast:
+            expected = np.asarray(getattr(shipped, name)())
+            got = np.asarray(getattr(ours, name)())
+            again = np.asarray(getattr(ours, name)())  # from the memo
+            assert got.tobytes() == expected.tobytes() == again.tobytes(), (kind, name, got, expected)
+        if kind != "a NaN":
+            p10 = ours.get10PercentileFeatureValue()
+            p10[...] = 1e9  # a caller that writes into a value does not change the next feature
+            assert ours.get10PercentileFeatureValue().tobytes() == shipped.get10PercentileFeatureValue().tobytes()
+
+
 def test_the_feature_cache_extracts_each_content_once_and_gives_its_bits(two_sets, tmp_path, monkeypatch):
     """A volume whose bytes repeat under another name (a replica; a new gzip header) is extracted once,
     a second job reads every row from the cache without PyRadiomics, and the features are the same bits

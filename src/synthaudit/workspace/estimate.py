@@ -187,12 +187,12 @@ def privacy_possible(rows: list[dict]) -> tuple[bool, str]:
 # FRD's PyRadiomics features (fidelity.frd) per volume: a fixed part (13 filtered images x 5 feature
 # classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; the fit of
 # bench/fidelity/radiomics_cost.py (results/bench/radiomics_cost.json: simulated heads and a TOF slab, one
-# process, synthaudit's extraction with the numba texture matrices), taken on a host at about 110 GFLOP/s
-# (180 when idle), so on the high side
-RADIOMICS_SECONDS_FIXED = 0.66
+# process, synthaudit's extraction with the numba texture matrices and the first-order features computed
+# once per image), taken on the 2-core host alone (2026-12-07)
+RADIOMICS_SECONDS_FIXED = 0.38
 
 
-RADIOMICS_SECONDS_PER_MVOXEL_2MM = 9.23
+RADIOMICS_SECONDS_PER_MVOXEL_2MM = 5.76
 
 
 FRD_BUDGET_HOURS = 4.0  # init switches fidelity.frd on where the radiomics of every volume fit (2 processes)
