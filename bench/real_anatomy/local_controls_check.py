@@ -262,8 +262,7 @@ def main(argv=None) -> int:
            "centred_on": ctl["centred_on"], "by_size_mm": ctl["by_size_mm"], "reasons": ctl["reasons"],
            "null_floor": floor, "controls": result.controls}
     write_json(args.out, out)
-    table = markdown(out)
-    args.out.with_suffix(".md").write_text(table)
+    table = markdown(out)  # the table goes to the page (--doc); the JSON is the one result file
     if args.doc:
         cohort = args.cohort + ("2" if args.cohort == "ct" and args.heldout_scans == 2 else "")
         block = f"-b{args.block_mm:g}" if args.block_mm else ""
