@@ -164,13 +164,13 @@ def test_grids_without_a_coarse_stage_cost_more_per_aligned_pair():
 
 
 def test_benchmarks_md_quotes_the_committed_coarse_stage_bench():
-    """docs/benchmarks.md's 1.5 mm alignment section states results/bench/alignment_coarse_ct.json's numbers."""
+    """docs/benchmarks_alignment_kernels.md's 1.5 mm alignment section states results/bench/alignment_coarse_ct.json's numbers."""
     from workflow_helpers import ROOT
 
     r = json.loads((ROOT / "results/bench/alignment_coarse_ct.json").read_text())
     before = json.loads((ROOT / "results/bench/alignment_coarse_ct_2026-11-28.json").read_text())
-    text = (ROOT / "docs/benchmarks.md").read_text()
-    section = " ".join(text[text.index("### Alignment at 1.5 mm"):text.index("## The CVAE's loss")].split())
+    text = (ROOT / "docs/benchmarks_alignment_kernels.md").read_text()
+    section = " ".join(text[text.index("## Alignment at 1.5 mm"):].split())
     for run in (r, before):
         row = (f"| alignment, coarse stage (3 mm) | {before['seconds']['align_coarse_3mm']} | "
                f"{before['per_pair_s']['coarse_3mm']} | {r['seconds']['align_coarse_3mm']} | "
@@ -210,7 +210,7 @@ def test_a_failure_to_time_falls_back_to_the_constants_and_init_goes_on(tmp_path
 
 def test_the_committed_whole_run_estimates_are_within_1_5x_as_benchmarks_md_says():
     """results/bench/estimate_whole_run.json (bench/estimate/whole_run.py): every modelled stage and the whole
-    run within 1.5x of the estimate on three cohorts; docs/benchmarks.md's tables are that JSON's."""
+    run within 1.5x of the estimate on three cohorts; docs/benchmarks_estimate.md's tables are that JSON's."""
     import importlib.util
 
     from workflow_helpers import ROOT
@@ -233,7 +233,7 @@ def test_the_committed_whole_run_estimates_are_within_1_5x_as_benchmarks_md_says
     assert len(ratios) >= 8 and all(1 / 1.5 <= x <= 1.5 for x in ratios + walls), (ratios, walls)
     # the earlier run the page still quotes (stop 52's code): its ratios as the committed JSON has them
     old = json.loads((ROOT / "results/bench/estimate_real_anatomy.json").read_text())
-    page = " ".join((ROOT / "docs/benchmarks.md").read_text().split())
+    page = " ".join((ROOT / "docs/benchmarks_estimate.md").read_text().split())
     for rows in (old["rows"], old["constants_rows"]):
         got = [row["ratio"] for row in rows]
         assert f"{min(got):.2f}-{max(got):.2f}x" in page
@@ -281,7 +281,7 @@ def test_the_local_level_s_per_pair_cost_stays_a_cost_when_the_timing_noise_hide
 
 
 def test_benchmarks_md_s_alignment_profile_is_the_committed_one():
-    """The 1.5 mm alignment's cost breakdown in docs/benchmarks.md is results/bench/alignment_coarse_ct_profile.txt's
+    """The 1.5 mm alignment's cost breakdown in docs/benchmarks_alignment_kernels.md is results/bench/alignment_coarse_ct_profile.txt's
     (``alignment_coarse_check.py --profile``): each stage's cumulative seconds, the calls per pair, and the
     full-resolution step alone above twice the SSIM time of the committed bench."""
     import re
@@ -295,7 +295,7 @@ def test_benchmarks_md_s_alignment_profile_is_the_committed_one():
         m = re.match(r"\s*(\d+)(?:/\d+)?\s+\S+\s+\S+\s+(\S+)\s+\S+\s+\S+\((\w+)\)$", line)
         if m:
             rows.setdefault(m.group(3), (int(m.group(1)), float(m.group(2))))
-    page = " ".join((ROOT / "docs/benchmarks.md").read_text().split())
+    page = " ".join((ROOT / "docs/benchmarks_alignment_kernels.md").read_text().split())
     total = float(re.search(r"aligned in ([\d.]+) s", text).group(1))
     assert f"{total:.1f} s in all under cProfile" in page
     for name, words in (("preselect_volumes", "a matrix product, {:.1f} s"),

@@ -722,7 +722,7 @@ def _bench_module(name: str):
 
 
 def test_the_encoder_benches_tables_in_benchmarks_md_are_their_committed_results():
-    """docs/benchmarks.md's encoder tables are generated from results/bench (never typed in), and the
+    """docs/benchmarks_levels.md's encoder tables are generated from results/bench (never typed in), and the
     committed results show what the page says: issue 47's 85^3 cohort (130 volumes at 1.5 mm, as init
     configures the embed job) extracted at least 2x faster than on torch's own dispatch, MedicalNet on the
     demo's grid at least 2x faster on one thread, with every path's embedding within 1e-6 of the

@@ -336,7 +336,7 @@ def test_the_feature_cache_extracts_each_content_once_and_gives_its_bits(two_set
 
 
 def test_the_radiomics_benchs_table_in_benchmarks_md_is_its_committed_result():
-    """docs/benchmarks.md's FRD table is generated from results/bench/radiomics_cost.json (never typed in),
+    """docs/benchmarks_levels.md's FRD table is generated from results/bench/radiomics_cost.json (never typed in),
     and the committed result shows what the page says: every feature of every volume the same bits as
     PyRadiomics as shipped, and the demo's NCCT volume at least 2x faster."""
     import importlib.util

@@ -4,7 +4,7 @@ run's job-seconds, and what the stages it does not model took.
     synthaudit init WS ...                         # times the unit costs on the samples
     (cd WS && snakemake --cores 2)                 # the whole audit, on an otherwise idle machine
     python bench/estimate/whole_run.py compute WS [WS ...] [--estimates E ...]  # -> results/bench/estimate_whole_run.json
-    python bench/estimate/whole_run.py doc [--write]          # docs/benchmarks.md's tables from that JSON
+    python bench/estimate/whole_run.py doc [--write]          # docs/benchmarks_estimate.md's tables from that JSON
 
 The rows are what the verdict prints (``review.timing.estimate_rows``: data/estimate.json against the
 run's ``benchmarks/`` files, job-seconds summed per stage); nothing is recomputed.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import doc_table  # noqa: E402  the docs page's tables from the JSON
 
 RESULT = "results/bench/estimate_whole_run.json"
-PAGE = "docs/benchmarks.md"
+PAGE = "docs/benchmarks_estimate.md"
 MARKERS = ("<!-- estimate_whole_run: bench/estimate/whole_run.py doc --write -->", "<!-- /estimate_whole_run -->")
 
 

@@ -25,7 +25,7 @@ path reaches say how far it is from the cores' peak.
 
     python bench/features/encoder_cost.py [--out results/bench/encoder_cost.json] [--threads 2] [--reps 2]
     python bench/features/encoder_cost.py --encoder medicalnet --threads 1 --grids "61x73x61 at 3 mm"
-    python bench/features/encoder_cost.py doc [--write]     # docs/benchmarks.md's tables from the JSONs
+    python bench/features/encoder_cost.py doc [--write]     # docs/benchmarks_levels.md's tables from the JSONs
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
-PAGE = "docs/benchmarks.md"
+PAGE = "docs/benchmarks_levels.md"
 
 
 class Encoder(NamedTuple):

@@ -14,7 +14,7 @@ both``, the default, writes results/bench/extraction_job.json with their embeddi
 them (``--conv workflow``, ``--conv torch_default``: for an A/B timing of whole processes).
 
     python bench/features/extraction_job.py [--volumes 130] [--conv both]
-    python bench/features/extraction_job.py doc [--write]     # docs/benchmarks.md's table from the JSON
+    python bench/features/extraction_job.py doc [--write]     # docs/benchmarks_levels.md's table from the JSON
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path[:0] = [str(ROOT / "bench"), str(Path(__file__).parent)]  # doc_table; e
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
 RESULT = "results/bench/extraction_job.json"
-PAGE = "docs/benchmarks.md"
+PAGE = "docs/benchmarks_levels.md"
 MARKERS = ("<!-- extraction_job: bench/features/extraction_job.py doc --write -->", "<!-- /extraction_job -->")
 CONFIG = {"extractor": "astra_resnet152", "grid": 4, "smoothing_voxels": 1.0}
 

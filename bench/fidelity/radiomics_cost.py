@@ -1,12 +1,12 @@
 """What FRD's PyRadiomics features cost per volume, by the volume's extent at FRD's 2 mm grid, with
 synthaudit's extraction and with PyRadiomics as shipped: the numbers behind init's fallback estimate
-(synthaudit.workspace.estimate.RADIOMICS_SECONDS_*) and docs/benchmarks.md's FRD table. Measured in one
+(synthaudit.workspace.estimate.RADIOMICS_SECONDS_*) and docs/benchmarks_levels.md's FRD table. Measured in one
 process, one thread, on volumes the script makes (smooth noise in a head-sized ellipsoid, air around it),
 and on the demo's own volumes where a demo has run (``--demo``); every feature of both paths is compared
 bit for bit.
 
 Usage: python bench/fidelity/radiomics_cost.py [--repeats 2] [--demo] [--out results/bench/radiomics_cost.json]
-       python bench/fidelity/radiomics_cost.py doc [--write]   (docs/benchmarks.md's table from the JSON)
+       python bench/fidelity/radiomics_cost.py doc [--write]   (docs/benchmarks_levels.md's table from the JSON)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import doc_table  # noqa: E402  the docs page's table from the JSON
 
 RESULT = "results/bench/radiomics_cost.json"
-PAGE = "docs/benchmarks.md"
+PAGE = "docs/benchmarks_levels.md"
 MARKERS = ("<!-- radiomics_cost: bench/fidelity/radiomics_cost.py doc --write -->", "<!-- /radiomics_cost -->")
 
 # (shape, spacing mm): a TOF slab, the demo's 3 mm head, the real-anatomy 1.5 mm head, RELICT's 1 mm grid

@@ -278,7 +278,7 @@ def add_before(log: Path, out: Path) -> int:
     return 0
 
 
-PAGE = "docs/benchmarks.md"
+PAGE = "docs/benchmarks_loop.md"
 MARKERS = ("<!-- loop_table: PYTHONPATH=bench .venv/bin/python -m synthaudit_bench.loop --doc --write -->",
            "<!-- /loop_table -->")
 # the rules whose work issue 62's demo changes moved (the matched null's embeddings, the texture check's held-out
@@ -292,7 +292,7 @@ PAGE_RULES = (("embed", "encoder (embed)"), ("radiomics", "FRD whole-volume feat
 
 
 def page_table(report: dict) -> str:
-    """docs/benchmarks.md's before/after table of the demo (``--add-before``'s run against this file's)."""
+    """docs/benchmarks_loop.md's before/after table of the demo (``--add-before``'s run against this file's)."""
     before, after = report["before"], report["figures"]
 
     def span(f: dict) -> float:  # first job's start to last job's end, from the log
