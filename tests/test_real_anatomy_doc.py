@@ -131,7 +131,7 @@ def test_the_pages_combined_call_at_blur_1_5_is_the_committed_runs():
 
 local_check = _bench("bench/real_anatomy/local_controls_check.py")
 local_sizes = _bench("bench/real_anatomy/local_block_sizes.py")
-LOCAL_PAGE = ROOT / "docs/local_replicas.md"
+LOCAL_PAGE = ROOT / "docs/local_replicas_real_anatomy.md"
 
 
 def _between(page: str, key: str) -> str:
@@ -140,7 +140,7 @@ def _between(page: str, key: str) -> str:
 
 
 def test_the_local_pages_tables_are_the_committed_runs():
-    """docs/local_replicas.md's per-cohort tables and its block-size/smoothing table are rendered from
+    """docs/local_replicas_real_anatomy.md's per-cohort tables and its block-size/smoothing table are rendered from
     results/bench/local_controls_*.json (the files its command names), not typed."""
     import re
 

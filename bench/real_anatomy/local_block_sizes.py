@@ -3,10 +3,10 @@
 Why: the block size trades the regions the level can find against the number of blocks the
 max-statistic calibration has to correct for, and the smoothing trades the noise it removes against
 the anatomy it blurs and the recipient it mixes into a pasted region's blocks; relict.local.block_mm's
-and smooth_mm's defaults are chosen from this table (docs/local_replicas.md), so the table is written
+and smooth_mm's defaults are chosen from this table (docs/local_replicas_real_anatomy.md), so the table is written
 from the runs, not typed.
 
-    python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas.md \
+    python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas_real_anatomy.md \
         results/bench/local_controls_ct.json results/bench/local_controls_ct_s3.json ...  (the page names them all)
 """
 

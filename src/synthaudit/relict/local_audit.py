@@ -503,7 +503,7 @@ def control_reasons(by_size: dict, rate: float) -> dict[str, str]:
     own lowest blocks go as low (the null is wide). Where the cubes cover less than
     :data:`COVERED` of their best block, that is said beside it, not given as the cause: 12 mm
     blocks, which 20 mm cubes cover whole, found at most a fifth of the 20 mm controls placed by
-    information content on the real-anatomy cohorts (docs/local_replicas.md)."""
+    information content on the real-anatomy cohorts (docs/local_replicas_real_anatomy.md)."""
     out = {}
     for size, e in by_size.items():
         if e["sensitivity"] >= EXPLAIN_BELOW:
