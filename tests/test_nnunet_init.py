@@ -83,8 +83,8 @@ def test_init_refuses_a_multi_channel_nnunet_dataset_naming_its_channels(init_sa
     assert "not an nnU-Net raw dataset (no imagesTr/ folder)" in capfd.readouterr().err
 
 
-def test_the_committed_layout_equivalence_supports_what_own_data_md_says():
-    """docs/own_data.md states the result of bench/layout_equivalence.py; the committed result must hold it."""
+def test_the_committed_layout_equivalence_supports_what_input_layouts_md_says():
+    """docs/input_layouts.md states the result of bench/layout_equivalence.py; the committed result must hold it."""
     from workflow_helpers import ROOT
 
     got = json.loads((ROOT / "results/bench/layout_equivalence.json").read_text())
@@ -94,5 +94,5 @@ def test_the_committed_layout_equivalence_supports_what_own_data_md_says():
     for pair in pairs.values():
         assert all(pair["rankings_identical"].values()) and not pair["rankings_in_one_only"]
         assert pair["metrics_equal"] == {"relict": True, "copies": True, "fidelity": True, "privacy": True}
-    text = (ROOT / "docs/own_data.md").read_text()
+    text = (ROOT / "docs/input_layouts.md").read_text()
     assert "8 of 8 rankings byte-identical" in text and "10 of 10" in text

@@ -14,7 +14,7 @@ both, is ``run.sh audit``.
 
 Usage:
   blur_table.py compute --set COHORT ... [--n-closest 50] [--rate 0.05] --out results/bench/real_anatomy_blur_cohort.json
-  blur_table.py doc [--write]       docs/real_anatomy.md's table from the committed JSON (tests check it)
+  blur_table.py doc [--write]       docs/matched_null.md's table from the committed JSON (tests check it)
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import doc_table  # noqa: E402  the docs page's table from the JSON
 
 from synthaudit.io import write_json  # noqa: E402
 RESULT = "results/bench/real_anatomy_blur_cohort.json"
-PAGE = "docs/real_anatomy.md"
+PAGE = "docs/matched_null.md"
 MARKERS = ("<!-- blur_table: bench/real_anatomy/blur_table.py doc --write -->", "<!-- /blur_table -->")
 MEASURES = ("mae", "rmse", "ssim", "ncc")
 AUGMENTED = ("flipped", "shifted", "rotated")
