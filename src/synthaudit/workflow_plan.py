@@ -548,6 +548,36 @@ class WorkflowPlan:
             return []
         return [f"results/fidelity/slices/{self.split_owner(dataset, split)}/{split}.npz"]
 
+    def fidelity_inputs(self, dataset: str) -> dict[str, str | list[str]]:
+        """What a fidelity job reads, by the names its script uses: the embeddings of the training set's
+        train and held-out scans and of the set's samples; FRD's features of each split, whole and within
+        each label class; the 2.5D FD's slice features (the last three empty where they do not run)."""
+        base = self.training_of[dataset]
+        out: dict[str, str | list[str]] = {"train": f"results/relict/features/{base}/train.npz",
+                                           "heldout": f"results/relict/features/{base}/heldout.npz",
+                                           "synthetic": f"results/relict/features/{dataset}/synthetic.npz"}
+        for split in ("train", "heldout", "synthetic"):
+            out[f"radiomics_{split}"] = self.fidelity_radiomics(dataset, split)
+            out[f"classes_{split}"] = self.fidelity_class_radiomics(dataset, split)
+            out[f"slices_{split}"] = self.fidelity_slices(dataset, split)
+        return out
+
+    def verdict_inputs(self) -> dict[str, str | list[str]]:
+        """What the verdict reads, by the names its script uses: the RELICT metrics and every reviewed set's
+        rankings, copies, texture, local level (and its figure), fidelity and membership results."""
+        reviewed = self.reviewed_datasets
+        local = [d for d in reviewed if d in self.local_datasets]
+        return {"metrics": "results/metrics/relict.json",
+                "rankings": [f"results/relict/{d}/ranking_{m}.tsv" for d in reviewed
+                             for m in self.measures_by_dataset[d]],
+                "copies": [f"results/relict/{d}/copies.json" for d in self.copies_datasets],
+                "texture": [f"results/relict/{d}/texture.json" for d in self.copies_datasets if d in reviewed],
+                "local": [f"results/relict/{d}/local/local.json" for d in local],
+                "local_figures": [f"results/figures/{d}/local_copies.png" for d in local],
+                "fidelity": [f"results/fidelity/{d}/fidelity.json" for d in self.fidelity_datasets],
+                "membership": [f"results/membership/{d}/membership.json" for d in reviewed
+                               if d in self.membership_datasets]}
+
     def split_labels(self, dataset: str, split: str) -> list[str]:
         """The label maps of one split's volumes (:meth:`split_images`' order), as the segmentation
         level reads them."""

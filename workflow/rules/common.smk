@@ -168,3 +168,8 @@ def heldout_matrix(wc):
 
 def ldm_checkpoint(stage):
     return lambda wc: PLAN.ldm_checkpoint(wc.dataset, stage)
+
+
+def report_figure(path, caption, category, subcategory="{dataset}"):
+    """A figure in Snakemake's report (--report), its caption one of workflow/report/'s files."""
+    return report(path, caption=f"../report/{caption}", category=category, subcategory=subcategory)

@@ -92,21 +92,8 @@ rule slice_features:
 
 rule fidelity:
     input:
-        train=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/train.npz",
-        heldout=lambda wc: f"results/relict/features/{TRAINING_OF[wc.dataset]}/heldout.npz",
-        synthetic="results/relict/features/{dataset}/synthetic.npz",
-        # FRD's features (none where fidelity.frd is off)
-        radiomics_train=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "train"),
-        radiomics_heldout=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "heldout"),
-        radiomics_synthetic=lambda wc: PLAN.fidelity_radiomics(wc.dataset, "synthetic"),
-        # and within each label class (none where fidelity.frd_classes is off or no label maps exist)
-        classes_train=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "train"),
-        classes_heldout=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "heldout"),
-        classes_synthetic=lambda wc: PLAN.fidelity_class_radiomics(wc.dataset, "synthetic"),
-        # the 2.5D FD's slice features (none where fidelity.fd_2p5d has no weights)
-        slices_train=lambda wc: PLAN.fidelity_slices(wc.dataset, "train"),
-        slices_heldout=lambda wc: PLAN.fidelity_slices(wc.dataset, "heldout"),
-        slices_synthetic=lambda wc: PLAN.fidelity_slices(wc.dataset, "synthetic"),
+        # the embeddings, FRD's features (whole and per class) and the 2.5D FD's slice features of each split
+        unpack(lambda wc: PLAN.fidelity_inputs(wc.dataset)),
     output:
         summary="results/fidelity/{dataset}/fidelity.json",
         table="results/fidelity/{dataset}/per_volume.tsv",

@@ -13,17 +13,9 @@ rule relict_local:
         calls="results/relict/{dataset}/local/local_calls.tsv",
         controls="results/relict/{dataset}/local/local_controls.tsv",
         summary="results/relict/{dataset}/local/local.json",
-        figure=report(
-            "results/figures/{dataset}/local_copies.png",
-            category="Local copies",
-            subcategory="{dataset}",
-            caption="../report/local_copies.rst",
-        ),
-        control_figure=report(
-            "results/figures/{dataset}/local_controls.png",
-            category="Local copies",
-            subcategory="{dataset}",
-            caption="../report/local_controls.rst",
+        figure=report_figure("results/figures/{dataset}/local_copies.png", "local_copies.rst", "Local copies"),
+        control_figure=report_figure(
+            "results/figures/{dataset}/local_controls.png", "local_controls.rst", "Local copies"
         ),
     log:
         "logs/relict_local/{dataset}.log",

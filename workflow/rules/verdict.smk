@@ -5,16 +5,7 @@
 
 rule verdict:
     input:
-        metrics="results/metrics/relict.json",
-        rankings=[f"results/relict/{d}/ranking_{m}.tsv" for d in REVIEWED_DATASETS for m in MEASURES_BY_DS[d]],
-        copies=[f"results/relict/{d}/copies.json" for d in COPIES_DATASETS],
-        texture=[f"results/relict/{d}/texture.json" for d in COPIES_DATASETS if d in REVIEWED_DATASETS],
-        local=[f"results/relict/{d}/local/local.json" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
-        local_figures=[f"results/figures/{d}/local_copies.png" for d in REVIEWED_DATASETS if d in LOCAL_DATASETS],
-        fidelity=[f"results/fidelity/{d}/fidelity.json" for d in PLAN.fidelity_datasets],
-        membership=[
-            f"results/membership/{d}/membership.json" for d in REVIEWED_DATASETS if d in PLAN.membership_datasets
-        ],
+        **PLAN.verdict_inputs(),
         # an audit workspace's input warnings (synthaudit init), which the verdict repeats
         warnings=lambda wc: [p for p in ["data/input_warnings.tsv"] if Path(p).is_file()],
         # its time estimate, which the verdict sets beside the jobs' benchmark files
@@ -22,18 +13,10 @@ rule verdict:
     output:
         rst="results/verdict.rst",
         figures=[
-            report(
-                f"results/figures/{d}/verdict.png", caption="../report/verdict.rst", category="Verdict", subcategory=d
-            )
-            for d in REVIEWED_DATASETS
+            report_figure(f"results/figures/{d}/verdict.png", "verdict.rst", "Verdict", d) for d in REVIEWED_DATASETS
         ],
         membership_figures=[
-            report(
-                f"results/figures/{d}/membership_roc.png",
-                caption="../report/membership_roc.rst",
-                category="Membership",
-                subcategory=d,
-            )
+            report_figure(f"results/figures/{d}/membership_roc.png", "membership_roc.rst", "Membership", d)
             for d in REVIEWED_DATASETS
             if d in PLAN.membership_datasets
         ],
