@@ -38,10 +38,7 @@ def _raw_toy() -> dict:
                      "spacing_mm": 1.0, "n_classes": 1, "embedding_dim": 64,
                      "measures": ["mae", "ssim", "emb_cosine", "dice_binary", "asd_binary"],
                      "combined": ["mae", "emb_cosine", "dice_binary", "asd_binary"],
-                     "targets": {"combined_wall_s": 1e-9, "peak_rss_mb": 1e6, "speedup_per_core": 10},
-                     # K = all training volumes: the two-stage search must recover the exact top-n
-                     "two_stage": {"measure": "mae", "downsample": 2, "k_candidates": 4, "n": 2, "n_lists": 2,
-                                   "n_probe": 1}},
+                     "targets": {"combined_wall_s": 1e-9, "peak_rss_mb": 1e6, "speedup_per_core": 10}},
             "tof": {"kind": "tof", "n_synthetic": 2, "n_training": 3, "n_replicas": 1, "shape": [32, 32, 16],
                     "spacing_mm": [0.62, 0.62, 0.62], "n_classes": 7, "embedding_dim": 32,
                     "measures": ["rmse", "emb_rmse", "dice_multiclass", "asd_multiclass"]},
@@ -50,21 +47,6 @@ def _raw_toy() -> dict:
 
 
 # --------------------------------------------------------------------------- params
-
-
-def test_two_stage_settings_are_checked():
-    bad = _toy()
-    with pytest.raises(P.BenchParamsError, match="two_stage.measure"):
-        P.parse({"scales": {"toy": {**_raw_toy(), "use_cases": {"ncct": {
-            **_raw_toy()["use_cases"]["ncct"],
-            "two_stage": {"measure": "dice_binary", "downsample": 2, "k_candidates": 4, "n": 2, "n_lists": None,
-                          "n_probe": None}}}}}})
-    with pytest.raises(P.BenchParamsError, match="n <= k_candidates <= n_training"):
-        P.parse({"scales": {"toy": {**_raw_toy(), "use_cases": {"ncct": {
-            **_raw_toy()["use_cases"]["ncct"],
-            "two_stage": {"measure": "mae", "downsample": 2, "k_candidates": 9, "n": 2, "n_lists": None,
-                          "n_probe": None}}}}}})
-    assert bad.use_cases["ncct"].two_stage["k_candidates"] == 4
 
 
 def test_shipped_params_have_the_papers_sizes(root):
@@ -215,9 +197,6 @@ def test_toy_run_reports_agreement_targets_and_profiles(tmp_path):
     profile = targets["combined_wall_s"]["profile"]
     assert set(profile) == set(combined["measures"])
     assert profile["mae"]["n_training"] == 1 and len(profile["mae"]["by_cumulative"]) > 0
-    two = ncct["two_stage"]
-    assert two["recall_top_n"] == 1.0 and two["top1_recovered"] == 1.0 and two["exact_pairs"] == 12
-    assert two["max_rel_diff_of_returned_values"] <= 1e-6 and two["total_s"] > 0
     speedup = targets["speedup_per_core_mae"]  # 10x per core against the naive reference
     assert speedup["measured"] == ncct["measures"]["mae"]["comparison"]["speedup"]["per_core"]
     assert speedup["met"] == (speedup["measured"] >= 10)

@@ -35,12 +35,8 @@ SCALE_DEFAULTS: dict[str, Any] = {
     "profile_training": 2,
 }
 USE_CASE_KEYS = ("kind", "n_synthetic", "n_training", "n_replicas", "shape", "spacing_mm", "n_classes",
-                 "embedding_dim", "measures", "combined", "targets", "two_stage")
-USE_CASE_OPTIONAL = {"n_replicas": None, "combined": (), "targets": {}, "two_stage": None}
-# The optional two-stage search: candidates from block-averaged volumes with an IVF index,
-# then the exact measure on the top-K (bench.two_stage_search); its values are checked against
-# the engine's full matrix of the same measure.
-TWO_STAGE_KEYS = {"measure", "downsample", "k_candidates", "n", "n_lists", "n_probe"}
+                 "embedding_dim", "measures", "combined", "targets")
+USE_CASE_OPTIONAL = {"n_replicas": None, "combined": (), "targets": {}}
 
 
 class BenchParamsError(ValueError):
@@ -63,7 +59,6 @@ class UseCase:
     measures: tuple[str, ...]
     combined: tuple[str, ...]
     targets: dict[str, float]
-    two_stage: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -170,26 +165,11 @@ def _use_case(where: _Where, key: str, name: str, body: Any) -> UseCase:
         if target == "combined_wall_s" and not combined:
             where.fail(f"{key}.targets.combined_wall_s", limit, "a non-empty 'combined' list beside it")
         targets[target] = where.positive(limit, f"{key}.targets.{target}")
-    two_stage = body["two_stage"]
-    if two_stage is not None:
-        two_stage = dict(where.mapping(two_stage, f"{key}.two_stage", TWO_STAGE_KEYS))
-        if missing := sorted(TWO_STAGE_KEYS - set(two_stage)):
-            raise BenchParamsError(f"{where.source}: {key}.two_stage: missing key(s) {missing}")
-        if two_stage["measure"] not in measures or LEVELS.get(two_stage["measure"]) != "image":
-            where.fail(f"{key}.two_stage.measure", two_stage["measure"], "an image-level measure of this use case")
-        for k in ("downsample", "k_candidates", "n"):
-            two_stage[k] = where.integer(two_stage[k], f"{key}.two_stage.{k}", 1)
-        for k in ("n_lists", "n_probe"):
-            if two_stage[k] is not None:
-                two_stage[k] = where.integer(two_stage[k], f"{key}.two_stage.{k}", 1)
-        if two_stage["n"] > two_stage["k_candidates"] or two_stage["k_candidates"] > n_training:
-            where.fail(f"{key}.two_stage", two_stage, "n <= k_candidates <= n_training")
     return UseCase(
         name=name, kind=kind, n_synthetic=n_synthetic, n_training=n_training, n_replicas=n_replicas,
         shape=tuple(shape), spacing_mm=tuple(float(s) for s in spacing), n_classes=n_classes,
         embedding_dim=where.integer(body["embedding_dim"], f"{key}.embedding_dim", 1),
         measures=measures, combined=combined, targets={str(k): float(v) for k, v in targets.items()},
-        two_stage=two_stage,
     )
 
 

@@ -196,12 +196,6 @@ def table(report: dict) -> str:
             note = f" (missing {', '.join(comb['missing'])})" if comb["missing"] else ""
             lines.append(f"combined {'+'.join(comb['measures'])}: wall {_f(comb['wall_s'])} s "
                          f"(compute {_f(comb['compute_s'])} s, loading {_f(comb['load_s'])} s){note}")
-        if isinstance(uc.get("two_stage"), dict) and "recall_top_n" in uc["two_stage"]:
-            ts = uc["two_stage"]
-            lines.append(f"two-stage {ts['measure']} (K={ts['k_candidates']}, n={ts['n']}): recall of the exact "
-                         f"top-n {ts['recall_top_n']:.3f}, top-1 {ts['top1_recovered']:.3f}, "
-                         f"{ts['exact_pairs']} of {ts['all_pairs']} pairs exact, {_f(ts['total_s'])} s "
-                         f"vs {_f(ts['full_all_pairs_wall_s'])} s for the full matrix")
         for t in uc["targets"]:
             verdict = {True: "met", False: "MISSED", None: "not measured"}[t["met"]]
             lines.append(f"target {t['name']} {t['comparison']} {t['target']:g} {t['unit']}: measured "

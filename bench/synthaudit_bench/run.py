@@ -84,11 +84,6 @@ def execute(task: dict) -> dict:
         return run_reference(cohort, measure, [tuple(p) for p in task["pairs"]])
     if task["task"] == "profile":
         return profile_engine(cohort, measure, task["n_training"], task["threads"], task["device"])
-    if task["task"] == "two_stage":
-        from .two_stage import run_two_stage
-
-        return run_two_stage(cohort, task["config"], np.load(task["values_file"]), task["full_wall_s"],
-                             task["threads"], task["device"])
     raise ValueError(f"unknown task {task['task']!r}")
 
 
@@ -396,21 +391,6 @@ def bench_use_case(scale: Scale, use_case: UseCase, out: Path, measures: list[st
                 entry["comparison"] = {**compare(engine_values, ref["values"]),
                                        "speedup": figures.speed(ref["s_per_pair"], entry["engine"])}
         results[measure] = entry
-    two_stage = None
-    if use_case.two_stage is not None:
-        m = use_case.two_stage["measure"]
-        engine = results.get(m, {}).get("engine")
-        if engine is None or engine["extrapolated"]:
-            two_stage = {"skipped": f"needs the full engine matrix of {m}, which this run does not have"}
-        else:
-            log(f"{tag} two-stage search ({m}, K={use_case.two_stage['k_candidates']}) ...")
-            try:
-                two_stage = spawn({"task": "two_stage", "cohort": str(cohort.path), "measure": m,
-                                   "config": use_case.two_stage, "values_file": engine["values_file"],
-                                   "full_wall_s": engine["wall_s"], "threads": scale.threads,
-                                   "device": scale.device}, scale.threads, isolated)
-            except BenchError as e:
-                two_stage = {"error": str(e)}
     combined = figures.combined(use_case.combined, results)
     verdicts = figures.targets(use_case, results, combined)
     _explain_misses(scale, use_case, cohort, verdicts, results, isolated, log, tag)
@@ -420,7 +400,7 @@ def bench_use_case(scale: Scale, use_case: UseCase, out: Path, measures: list[st
                        "n_classes": spec.n_classes, "embedding_dim": spec.embedding_dim,
                        "data_range": cohort.data_range, "empty_label_maps": cohort.meta["empty_label_maps"],
                        "generation_s": cohort.meta["generation_s"]},
-            "measures": results, "combined": combined, "targets": verdicts, "two_stage": two_stage}
+            "measures": results, "combined": combined, "targets": verdicts}
 
 
 def _training_used(scale: Scale, use_case: UseCase, measure: str) -> int:
