@@ -149,8 +149,9 @@ def test_the_local_pages_tables_are_the_committed_runs():
                       ("local-controls-mri-informative", "mri"), ("local-controls-ct-old", "ct_old")):
         run = json.loads((ROOT / f"results/bench/local_controls_{name}.json").read_text())
         assert _between(page, key) == local_check.markdown(run), f"{key}: rerun local_controls_check.py --doc"
-    names = re.search(r"local_controls_\{([^}]*)\}\.json", page).group(1).split(",")
-    runs = [json.loads((ROOT / f"results/bench/local_controls_{n}.json").read_text()) for n in names]
+    command = re.search(r"local_block_sizes\.py --doc \S+ ([^`]*)`", page).group(1)
+    runs = local_sizes.load_runs([ROOT / path for path in command.split()])
+    assert len(runs) == 12  # the three defaults and the nine other settings
     assert _between(page, "local-block-sizes") == local_sizes.table(runs), "rerun local_block_sizes.py --doc"
 
 

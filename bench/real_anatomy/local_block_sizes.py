@@ -6,8 +6,13 @@ the anatomy it blurs and the recipient it mixes into a pasted region's blocks; r
 and smooth_mm's defaults are chosen from this table (docs/local_replicas_real_anatomy.md), so the table is written
 from the runs, not typed.
 
+The runs at the defaults are local_controls_check.py's own files (their cohort tables are on the page);
+the runs at other settings are one sweep file, ``collect``ed from local_controls_check.py's ``--out`` files:
+
+    python bench/real_anatomy/local_block_sizes.py collect --out results/bench/local_block_sizes.json RUN.json ...
     python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas_real_anatomy.md \
-        results/bench/local_controls_ct.json results/bench/local_controls_ct_s3.json ...  (the page names them all)
+        results/bench/local_controls_ct.json results/bench/local_controls_ct2.json \
+        results/bench/local_controls_mri.json results/bench/local_block_sizes.json
 """
 
 from __future__ import annotations
@@ -60,18 +65,44 @@ def table(runs: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def load_runs(paths: list[Path]) -> list[dict]:
+    """The runs of local_controls_check.py ``--out`` files and of ``collect``'s sweep files, in order."""
+    runs = []
+    for p in paths:
+        got = json.loads(Path(p).read_text())
+        for name, r in (got["runs"].items() if "runs" in got else [(Path(p).name, got)]):
+            if r.get("placement") != "informative":
+                raise SystemExit(f"{p}: {name}: placement {r.get('placement')!r}; the table compares block sizes "
+                                 "at the default placement")
+            runs.append(r)
+    return runs
+
+
+def collect(paths: list[Path], out: Path) -> None:
+    """One sweep file of local_controls_check.py's runs, each under its file's name without
+    ``local_controls_`` (``ct_b12_s3``): one result file for the table's settings, not one per setting."""
+    from synthaudit.io import write_json
+
+    write_json(out, {"about": "local_controls_check.py runs at other settings than relict.local's defaults "
+                              "(docs/local_replicas_real_anatomy.md's block-size table)",
+                     "runs": {Path(p).stem.removeprefix("local_controls_"): json.loads(Path(p).read_text())
+                              for p in paths}})
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["collect"]:
+        ap = argparse.ArgumentParser(description="one sweep file from local_controls_check.py runs")
+        ap.add_argument("runs", nargs="+", type=Path)
+        ap.add_argument("--out", type=Path, required=True)
+        args = ap.parse_args(argv[1:])
+        collect(args.runs, args.out)
+        return 0
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="local_controls_check.py --out files")
+    ap.add_argument("runs", nargs="+", type=Path, help="local_controls_check.py --out files, or collect's sweep files")
     ap.add_argument("--doc", type=Path, help="write the table between <!-- local-block-sizes begin/end --> here")
     args = ap.parse_args(argv)
-    runs = []
-    for p in args.runs:
-        r = json.loads(p.read_text())
-        if r.get("placement") != "informative":
-            raise SystemExit(f"{p}: placement {r.get('placement')!r}; the table compares block sizes at the default placement")
-        runs.append(r)
-    text = table(runs)
+    text = table(load_runs(args.runs))
     if args.doc:
         write_doc(args.doc, "local-block-sizes", text)
     print(text, end="")
