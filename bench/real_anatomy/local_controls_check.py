@@ -262,12 +262,11 @@ def main(argv=None) -> int:
            "centred_on": ctl["centred_on"], "by_size_mm": ctl["by_size_mm"], "reasons": ctl["reasons"],
            "null_floor": floor, "controls": result.controls}
     write_json(args.out, out)
-    table = markdown(out)  # the table goes to the page (--doc); the JSON is the one result file
-    if args.doc:
+    if args.doc:  # the table goes to the page; the JSON is the one result file
         cohort = args.cohort + ("2" if args.cohort == "ct" and args.heldout_scans == 2 else "")
         block = f"-b{args.block_mm:g}" if args.block_mm else ""
         block += f"-s{args.smooth_mm:g}" if args.smooth_mm is not None else ""
-        write_doc(args.doc, f"local-controls-{cohort}-{args.placement}{block}", table)
+        write_doc(args.doc, f"local-controls-{cohort}-{args.placement}{block}", markdown(out))
     for size, e in ctl["by_size_mm"].items():
         log.info("%s mm: called %.2f (by distinctiveness low/mid/high %s), whole-volume %.2f, median contrast %.2f, "
                  "distinctiveness %.2f, region score %.2f vs cut-off %.2f, donor closest %.2f", size, e["sensitivity"],

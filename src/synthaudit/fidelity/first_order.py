@@ -46,15 +46,19 @@ def _once(memo: dict, key, compute):
     return memo[key]
 
 
+def _ordered(self, memo: dict) -> np.ndarray:
+    """The array the order statistics are taken from: one sorted copy where the region holds no zero (the same
+    elements at every rank, so the same interpolation), else the region itself (0.0 and -0.0 are equal and
+    may trade places)."""
+    a = self.targetVoxelArray
+    if _once(memo, "has_zero", lambda: bool((a == 0).any())):
+        return a
+    return _once(memo, "sorted", lambda: np.sort(a, axis=1))
+
+
 def _percentile(self, memo: dict, q: float) -> np.ndarray:
-    """``numpy.nanpercentile(targetVoxelArray, q, axis=1)``: of the sorted copy where the region holds no
-    zero (the same elements at every rank, so the same interpolation), else of the array itself."""
-    def compute():
-        a = self.targetVoxelArray
-        if _once(memo, "has_zero", lambda: bool((a == 0).any())):
-            return np.nanpercentile(a, q, axis=1)
-        return np.nanpercentile(_once(memo, "sorted", lambda: np.sort(a, axis=1)), q, axis=1)
-    return _once(memo, ("percentile", q), compute)
+    """``numpy.nanpercentile(targetVoxelArray, q, axis=1)``, of :func:`_ordered`'s array."""
+    return _once(memo, ("percentile", q), lambda: np.nanpercentile(_ordered(self, memo), q, axis=1))
 
 
 def _mean(self, memo: dict) -> np.ndarray:
@@ -120,20 +124,15 @@ def _kurtosis(self, memo: dict) -> np.ndarray:
     return m4 / m2 ** 2.0
 
 
-def _rms(self, memo: dict):
-    if self.targetVoxelArray.size == 0:
-        return 0
-    n = np.sum(~np.isnan(self.targetVoxelArray), 1).astype("float")
-    return np.sqrt(_energy(self, memo) / n)
+def _rms(self, memo: dict) -> np.ndarray:
+    """PyRadiomics' RMS: sqrt(energy / voxels); the fast path's region is non-empty and NaN-free, so its voxel
+    count is the row's length (the same float PyRadiomics counts)."""
+    return np.sqrt(_energy(self, memo) / np.full(1, self.targetVoxelArray.shape[1], np.float64))
 
 
 def _median(self, memo: dict) -> np.ndarray:
-    def compute():
-        a = self.targetVoxelArray
-        if _once(memo, "has_zero", lambda: bool((a == 0).any())):
-            return np.nanmedian(a, 1)
-        return np.nanmedian(_once(memo, "sorted", lambda: np.sort(a, axis=1)), 1)
-    return _once(memo, "median", compute)
+    """``numpy.nanmedian(targetVoxelArray, 1)``, of :func:`_ordered`'s array."""
+    return _once(memo, "median", lambda: np.nanmedian(_ordered(self, memo), 1))
 
 
 def getters(cls) -> dict:
