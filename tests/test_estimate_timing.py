@@ -138,14 +138,13 @@ def test_init_times_the_stages_on_the_samples_and_writes_the_estimate(tmp_path):
         + 18 * costs["control_s"] + 29 * (costs["smooth_s"] + costs["local_query_s"])
         + 10 * (29 + 6 + 18) * costs["local_pair_s"], abs=0.06)
     # the privacy filters: 3 filters and the retrieval network, each between patience + 1 and epochs epochs
-    # of the job's own split (5 training patients x 2 scans: 1 validates, 4 train: 4 positive pairs and 12
-    # negatives a training epoch; 1 and 3 a validation pass, its negatives among all 10 scans, as one
-    # validation patient has no other to pair with)
+    # of the job's own split (5 training patients x 2 scans: 1 validates, 4 train: batches of patients embed
+    # the 8 training scans once an epoch; the validation pass scores 1 positive and 3 negative pairs, its
+    # negatives among all 10 scans, as one validation patient has no other to pair with)
     assert costs["privacy_scan_step_s"] > 0 and costs["privacy_scan_val_s"] > 0, costs  # (timings: no order under load)
     from synthaudit.workspace.estimate import _distinct_scans
 
-    epoch = (_distinct_scans(16, 8, 8) * costs["privacy_scan_step_s"]
-             + _distinct_scans(4, 10, 8) * costs["privacy_scan_val_s"])
+    epoch = 8 * costs["privacy_scan_step_s"] + _distinct_scans(4, 10, 4) * costs["privacy_scan_val_s"]
     assert est["stages_s"]["privacy filters' training"] == pytest.approx(
         4 * (JOB_START_S["privacy"] + (9 + 30) / 2 * epoch), abs=0.06)
     assert est["ranges_s"]["privacy filters' training"] == pytest.approx(
@@ -250,12 +249,16 @@ def test_the_filters_estimate_counts_each_batch_s_distinct_scans_and_the_job_s_o
     assert _distinct_scans(16, 10 ** 6, 8) == pytest.approx(32, rel=1e-4)  # many scans: 2 per pair
     assert _distinct_scans(12, 10 ** 6, 8) == pytest.approx(24, rel=1e-4)  # a full and a half batch
     costs = Costs(0, 0, 0, 0, 0, 0, 0, None, "", "", privacy_scan_step_s=1.0, privacy_scan_val_s=0.0)
-    cfg = {"training": {"batch_pairs": 8, "negatives_per_positive": 3, "validation_fraction": 0.2, "split_seed": 0,
-                        "patience": 8, "epochs": 30}, "consistency": {"n_filters": 3}}
+    cfg = {"training": {"batching": "pairs", "patients_per_batch": 4, "batch_pairs": 8, "negatives_per_positive": 3,
+                        "validation_fraction": 0.2, "split_seed": 0, "patience": 8, "epochs": 30},
+           "consistency": {"n_filters": 3}}
     got = privacy_seconds(costs, [f"p{i // 3}" for i in range(30)], cfg)  # 10 patients x 3 scans: 2 validate
     assert got["positive_pairs"] == 8 * 3 and got["jobs"] == 4 and got["epochs"] == [9, 30]
     assert got["epoch_s"] == pytest.approx(_distinct_scans(24 * 4, 24, 8))
     assert got["low"] < got["seconds"] < got["high"]
+    # batches of patients embed every training scan once per epoch
+    cfg["training"]["batching"] = "patients"
+    assert privacy_seconds(costs, [f"p{i // 3}" for i in range(30)], cfg)["epoch_s"] == pytest.approx(24)
     rows = [{"role": "train", "patient_id": "a"}, {"role": "train", "patient_id": "a"},
             {"role": "heldout", "patient_id": "b"}]
     assert privacy_possible(rows)[0] and not privacy_possible(rows[:2])[0]

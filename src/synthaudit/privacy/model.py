@@ -42,6 +42,7 @@ _EXACT = "donot_use_mm_for_euclid_dist"
 HEADS = ("pred", "corr", "l1", "l2")
 BACKBONES = {"resnet10": [1, 1, 1, 1], "resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}
 OBJECTIVES = ("verification", "retrieval")
+GROUPS = 8  # GroupNorm's groups (privacy.network.norm: group)
 HEAD_INIT = 1.0  # initial head weight x sqrt(feature_dim), negative (see SiameseNetwork)
 
 
@@ -72,13 +73,16 @@ class SiameseNetwork(nn.Module):
         from monai.networks.nets import ResNet
         from monai.networks.nets.resnet import ResNetBlock
 
-        return ResNet(
+        net = ResNet(
             ResNetBlock, BACKBONES[config["backbone"]], [64, 128, 256, 512],
             spatial_dims=int(config["spatial_dims"]), n_input_channels=int(config["in_channels"]),
             num_classes=int(config["feature_dim"]), widen_factor=float(config["width"]),
             conv1_t_stride=int(config["stem_stride"]),
-            norm=("group", {"num_groups": 8}) if config["norm"] == "group" else "batch",
+            norm=("group", {"num_groups": GROUPS}) if config["norm"] == "group" else "batch",
         )
+        if config["norm"] == "group":
+            _group_norm_everywhere(net)
+        return net
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, *spatial) or (B, features) -> (B, feature_dim) features."""
@@ -89,6 +93,19 @@ class SiameseNetwork(nn.Module):
         if self.head is None:
             raise ValueError("a retrieval network has no verification head (use corr, l1 or l2)")
         return self.head(torch.abs(torch.sigmoid(fa) - torch.sigmoid(fb)))[:, 0]
+
+
+def _group_norm_everywhere(module: nn.Module) -> None:
+    """Replace every batch norm under ``module`` by GroupNorm(GROUPS): MONAI's ResNet (up to 1.6 at
+    least) hands its ``norm`` argument to the stem alone, and every residual block and shortcut
+    keeps BatchNorm (Project-MONAI/MONAI pull request 9028). Batch statistics of a CPU batch of a
+    few scans are what the group norm is there to avoid. The initial weights are the same: both
+    start at weight 1, bias 0, and the convolutions draw their weights in the same order."""
+    for name, child in module.named_children():
+        if isinstance(child, nn.modules.batchnorm._BatchNorm):
+            setattr(module, name, nn.GroupNorm(GROUPS, child.num_features))
+        else:
+            _group_norm_everywhere(child)
 
 
 def score_matrix(model: SiameseNetwork, fa: torch.Tensor, fb: torch.Tensor, head: str,

@@ -3,6 +3,18 @@
 Each epoch uses every positive pair of the training patients and as many freshly drawn
 negative pairs ("randomized negative pairs", times ``negatives_per_positive``); each
 batch embeds its distinct scans once and scores the pairs from those features.
+
+How pairs are grouped into batches is ``batching``:
+
+* ``patients`` (default): each epoch deals the training patients, shuffled, into groups of
+  about ``patients_per_batch``; a batch is every scan of one group and every pair of them, its
+  positives weighted to balance its negatives. Each scan is embedded once per epoch, and a
+  batch scores many pairs from few embeddings (the P x K batches of metric learning, Hermans
+  et al. 2017). A patient meets the others of its group in every epoch, and other patients in
+  other epochs.
+* ``pairs`` (Packhäuser et al.): every pair of the epoch drawn over the whole training set,
+  ``batch_pairs`` per batch; a batch of 8 pairs holds up to 16 scans, and a scan is embedded
+  about four times per epoch (the cost docs/benchmarks_estimate.md measures).
 Verification minimises binary cross-entropy of the pair head; retrieval the
 contrastive loss (Hadsell et al.) with a margin on the Euclidean feature distance.
 Validation pairs (the validation patients' positives and a fixed draw of negatives) give
@@ -25,6 +37,8 @@ from ..devices import resolve_device
 from ..training import deterministic
 from .data import PrivacyDataError, negative_pairs, positive_pairs
 from .model import OBJECTIVES, SiameseNetwork
+
+BATCHING = ("patients", "pairs")
 
 
 def network_config(network: Mapping, objective: str, x: np.ndarray) -> dict:
@@ -97,6 +111,9 @@ def train_network(
     config = network_config(network, objective, x)
     margin = float(training["margin"])
     batch = int(training["batch_pairs"])
+    batching, per_batch = training["batching"], int(training["patients_per_batch"])
+    if batching not in BATCHING:
+        raise ValueError(f"batching {batching!r}: choose one of {list(BATCHING)}")
     epochs, patience = int(training["epochs"]), int(training["patience"])
     history: list[dict] = []
     with deterministic(dev, seed):
@@ -106,26 +123,26 @@ def train_network(
         for epoch in range(1, epochs + 1):
             start = time.perf_counter()
             rng = np.random.default_rng([seed, 2, epoch])
-            neg = negative_pairs(patients, train_idx, len(pos_train) * ratio, rng)
-            pairs = np.concatenate([pos_train, neg])
-            same = np.r_[np.ones(len(pos_train)), np.zeros(len(neg))].astype(np.float32)
-            order = rng.permutation(len(pairs))
+            if batching == "patients":
+                batches = patient_batches(patients, train_idx, per_batch, rng)
+            else:
+                batches = pair_batches(patients, train_idx, pos_train, ratio, batch, rng)
             model.train()
-            total = 0.0
-            for b in range(0, len(order), batch):
-                sel = order[b : b + batch]
-                loss = _batch_loss(model, x, pairs[sel], same[sel], margin, dev, ratio)
+            total, n_pairs = 0.0, 0
+            for pairs, same in batches:
+                # patient batches weigh their positives as their negatives (every pair of the batch)
+                weight = ratio if batching == "pairs" else max(len(same) - same.sum(), 1) / max(same.sum(), 1)
+                loss = _batch_loss(model, x, pairs, same, margin, dev, weight)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
                 optimiser.step()
-                total += float(loss.detach()) * len(sel)
+                total += float(loss.detach()) * len(pairs)
+                n_pairs += len(pairs)
             model.eval()
             with torch.no_grad():
-                val_loss = sum(float(_batch_loss(model, x, val_pairs[b : b + batch], val_same[b : b + batch],
-                                                 margin, dev, ratio)) * len(val_pairs[b : b + batch])
-                               for b in range(0, len(val_pairs), batch)) / len(val_pairs)
+                val_loss = float(_batch_loss(model, x, val_pairs, val_same, margin, dev, ratio, chunk=2 * batch))
             seconds = time.perf_counter() - start
-            history.append({"epoch": epoch, "loss": total / len(pairs), "val_loss": val_loss, "seconds": seconds})
+            history.append({"epoch": epoch, "loss": total / n_pairs, "val_loss": val_loss, "seconds": seconds})
             if val_loss < best_loss:
                 best, best_loss, best_epoch, since_best = copy.deepcopy(model.state_dict()), val_loss, epoch, 0
             else:
@@ -142,9 +159,51 @@ def train_network(
     return model.cpu().eval(), history
 
 
-def _batch_loss(model, x, pairs: np.ndarray, same: np.ndarray, margin: float, dev, ratio: float) -> torch.Tensor:
-    """Embed each distinct scan of the batch once, then score its pairs."""
+def pair_batches(patients: Sequence[str], train_idx: Sequence[int], positives: np.ndarray, ratio: int,
+                 batch: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Packhäuser et al.'s epoch: every positive pair and ``ratio`` times as many negative pairs
+    drawn over all of ``train_idx``, shuffled, in batches of ``batch`` pairs: (pairs, same)."""
+    neg = negative_pairs(patients, train_idx, len(positives) * ratio, rng)
+    pairs = np.concatenate([positives, neg])
+    same = np.r_[np.ones(len(positives)), np.zeros(len(neg))].astype(np.float32)
+    order = rng.permutation(len(pairs))
+    return [(pairs[order[b : b + batch]], same[order[b : b + batch]]) for b in range(0, len(order), batch)]
+
+
+def patient_batches(patients: Sequence[str], train_idx: Sequence[int], per_batch: int,
+                    rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+    """One epoch of patient batches: the patients of ``train_idx``, shuffled, dealt into
+    ``round(P / per_batch)`` groups (sizes differ by at most one, and no group has one patient);
+    per group, every pair of its scans: positive where both are one patient's, negative
+    otherwise (four patients of two scans: 4 positive and 24 negative pairs from 8 scans).
+    Returns (pairs, same) per batch."""
+    by_patient: dict[str, list[int]] = {}
+    for i in train_idx:
+        by_patient.setdefault(patients[i], []).append(int(i))
+    names = sorted(by_patient)
+    if len(names) < 2:
+        raise PrivacyDataError("negative pairs need scans of at least two patients")
+    order = [names[k] for k in rng.permutation(len(names))]
+    n_groups = max(1, min(len(names) // 2, round(len(names) / per_batch)))
+    out = []
+    for group in np.array_split(np.arange(len(order)), n_groups):
+        scans = sorted(i for k in group for i in by_patient[order[k]])
+        a, b = np.triu_indices(len(scans), k=1)
+        pairs = np.array(scans, np.int64)[np.stack([a, b], axis=1)]
+        same = np.array([patients[i] == patients[j] for i, j in pairs], np.float32)
+        out.append((pairs, same))
+    return out
+
+
+def _batch_loss(model, x, pairs: np.ndarray, same: np.ndarray, margin: float, dev, ratio: float,
+                chunk: int | None = None) -> torch.Tensor:
+    """Embed each distinct scan of the batch once, then score its pairs; ``chunk`` embeds the
+    scans that many at a time (validation, without gradients: bounded memory)."""
     unique, inverse = np.unique(pairs, return_inverse=True)
-    features = model.embed(torch.from_numpy(x[unique]).to(dev))
+    if chunk:
+        features = torch.cat([model.embed(torch.from_numpy(x[unique[i : i + chunk]]).to(dev))
+                              for i in range(0, len(unique), chunk)])
+    else:
+        features = model.embed(torch.from_numpy(x[unique]).to(dev))
     local = torch.from_numpy(inverse.reshape(pairs.shape)).to(dev)
     return pair_loss(model, features, local, torch.from_numpy(same).to(dev), margin, ratio)

@@ -145,8 +145,10 @@ def _distinct_scans(pairs: int, n_scans: int, batch: int) -> float:
 def privacy_seconds(costs, patients: Sequence[str], privacy_cfg: dict) -> dict:
     """The privacy filters' training (rule privacy_train: n_filters filters and the retrieval network in
     the image space, one job each) from the unit costs: the job's own patient split
-    (privacy.data.patient_split) and pairs per epoch (every positive pair of the training patients and
-    ``negatives_per_positive`` negatives each; the validation pairs), the distinct scans of each batch.
+    (privacy.data.patient_split) and the scans embedded per epoch: with ``batching: patients`` every
+    training scan once; with ``pairs`` the distinct scans of each batch of ``batch_pairs`` pairs (every
+    positive pair of the training patients and ``negatives_per_positive`` negatives each); and the
+    distinct scans of the validation pairs, once.
 
     The epochs are not known in advance: early stopping ends a job after ``patience`` epochs without a
     better validation loss, between ``patience + 1`` and ``epochs`` epochs (the demo's 8 jobs: 9-30).
@@ -160,8 +162,13 @@ def privacy_seconds(costs, patients: Sequence[str], privacy_cfg: dict) -> dict:
     train_idx, val_idx = patient_split(list(patients), rows, float(t["validation_fraction"]), int(t["split_seed"]))
     pos_train, pos_val = len(positive_pairs(patients, train_idx)), len(positive_pairs(patients, val_idx))
     val_pool = len(val_idx) + (len(train_idx) if len({patients[i] for i in val_idx}) < 2 else 0)
-    epoch = (_distinct_scans(pos_train * (1 + ratio), len(train_idx), batch) * costs.privacy_scan_step_s
-             + _distinct_scans(pos_val * (1 + ratio), val_pool, batch) * costs.privacy_scan_val_s)
+    # batching patients: every training scan once per epoch; pairs: each batch's distinct scans.
+    # Validation embeds the distinct scans of all its pairs once.
+    val_pairs = pos_val * (1 + ratio)
+    train_scans = (len(train_idx) if t["batching"] == "patients"
+                   else _distinct_scans(pos_train * (1 + ratio), len(train_idx), batch))
+    epoch = (train_scans * costs.privacy_scan_step_s
+             + _distinct_scans(val_pairs, val_pool, val_pairs) * costs.privacy_scan_val_s)
     jobs = int(privacy_cfg["consistency"]["n_filters"]) + 1  # and the retrieval network
     low, high = min(int(t["patience"]) + 1, int(t["epochs"])), int(t["epochs"])
     each = {k: jobs * (JOB_START_S["privacy"] + e * epoch) for k, e in (("low", low), ("high", high),

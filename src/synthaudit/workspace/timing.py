@@ -129,7 +129,8 @@ def privacy_costs(vols: Sequence[np.ndarray], privacy_cfg: dict, threads: int = 
     mode (privacy.train).
 
     Why per distinct scan: a batch embeds each of its scans once (``_batch_loss``), so a step costs what
-    its distinct scans cost; the batch of ``batch_pairs`` pairs holds up to twice as many scans."""
+    its distinct scans cost; timed on a batch of the size the training uses (``patients_per_batch``
+    patients of two scans, or ``batch_pairs`` pairs of two distinct scans)."""
     import torch
 
     from ..numerics_torch import adam
@@ -138,8 +139,9 @@ def privacy_costs(vols: Sequence[np.ndarray], privacy_cfg: dict, threads: int = 
     from ..privacy.train import _batch_loss, network_config
     from ..training import deterministic
 
-    batch = int(privacy_cfg["training"]["batch_pairs"])
-    n = 2 * batch
+    t = privacy_cfg["training"]
+    batch = int(t["patients_per_batch"]) if t["batching"] == "patients" else int(t["batch_pairs"])
+    n = 2 * batch  # a batch of patients with two scans each, or of pairs of two distinct scans
     x = np.stack([image_input(vols[k % len(vols)], int(privacy_cfg["image_downsample"])) for k in range(n)])
     pairs = np.arange(n).reshape(batch, 2)
     same = np.r_[np.ones(1), np.zeros(batch - 1)].astype(np.float32)
