@@ -88,3 +88,10 @@ def test_every_result_in_results_bench_is_named_and_every_named_one_exists():
     missing = sorted({f"{path} (named in {where})" for where, text in pages.items() for path, a, b in named(text)
                       if not (ROOT / path).exists() and "not committed" not in text[max(0, a - 200):b + 200]})
     assert not missing, "pages name results/bench/ files that do not exist: " + ", ".join(missing)
+
+
+def test_no_bench_script_is_longer_than_a_reader_can_hold():
+    """Issue 65: no bench script over 500 lines (a script that grows past it splits by what it measures)."""
+    long = {f: n for f in _tracked() if f.startswith("bench/") and f.endswith((".py", ".sh"))
+            if (n := len((ROOT / f).read_text().splitlines())) > 500}
+    assert not long, long
