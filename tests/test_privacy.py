@@ -152,6 +152,44 @@ def test_group_norm_reaches_every_residual_block():
         assert len(norms) == 12 and all(type(m) is kind for m in norms), norms  # stem, 2 per block, 3 shortcuts
 
 
+def _monai_resnet(layers, dims, width, stem_stride, norm):
+    """MONAI's own ResNet, its blocks' batch norms replaced where ``norm`` is group."""
+    from monai.networks.nets import ResNet
+    from monai.networks.nets.resnet import ResNetBlock
+
+    net = ResNet(ResNetBlock, layers, [64, 128, 256, 512], spatial_dims=dims, n_input_channels=1, num_classes=16,
+                 widen_factor=width, conv1_t_stride=stem_stride,
+                 norm=("group", {"num_groups": 8}) if norm == "group" else "batch")
+
+    def swap(module):
+        for name, child in module.named_children():
+            if isinstance(child, torch.nn.modules.batchnorm._BatchNorm) and norm == "group":
+                setattr(module, name, torch.nn.GroupNorm(8, child.num_features))
+            else:
+                swap(child)
+
+    swap(net)
+    return net
+
+
+@pytest.mark.parametrize("layers,dims,width,stem_stride,norm", [
+    ([1, 1, 1, 1], 3, 0.25, 2, "group"), ([2, 2, 2, 2], 3, 0.125, 1, "batch"), ([1, 1, 1, 1], 2, 0.25, 2, "group")])
+def test_the_backbone_is_monai_s_resnet_weight_for_weight_and_bit_for_bit(layers, dims, width, stem_stride, norm):
+    from synthaudit.privacy.resnet import ResNet
+
+    torch.manual_seed(3)
+    theirs = _monai_resnet(layers, dims, width, stem_stride, norm)
+    torch.manual_seed(3)
+    ours = ResNet(layers, dims, 1, 16, width, stem_stride, norm)
+    a, b = theirs.state_dict(), ours.state_dict()
+    assert list(a) == list(b)
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    x = torch.from_numpy(np.random.default_rng(0).normal(size=(3, 1) + (24,) * dims).astype(np.float32))
+    for mode in ("train", "eval"):
+        getattr(theirs, mode)(), getattr(ours, mode)()
+        assert torch.equal(theirs(x), ours(x)), mode
+
+
 def test_half_split_puts_the_first_sessions_in_the_reference_pool():
     assert half_split(["p1_fu", "p1_bl"]) == (["p1_bl"], ["p1_fu"])
     assert half_split(["c", "a", "b"]) == (["a"], ["b", "c"])

@@ -1,7 +1,7 @@
 """The re-identification network (Packhäuser et al., Methods): one backbone shared by
 both branches of a siamese pair, and the scores a privacy filter can use.
 
-A MONAI ResNet (3D for volumes and latents, 2D for slices) maps a volume to a 128-d
+A ResNet (MONAI's, built in .resnet; 3D for volumes and latents, 2D for slices) maps a volume to a 128-d
 feature vector; in the ``pretrained`` space a frozen pretrained encoder's features come in
 and only its replaced last layer, Linear(features -> 128), trains (Packhäuser et al. train
 all of an ImageNet ResNet-50; fine-tuning a 3D ResNet-152 is out of reach on CPUs). The verification head merges two feature vectors by the absolute
@@ -42,7 +42,6 @@ _EXACT = "donot_use_mm_for_euclid_dist"
 HEADS = ("pred", "corr", "l1", "l2")
 BACKBONES = {"resnet10": [1, 1, 1, 1], "resnet18": [2, 2, 2, 2], "resnet34": [3, 4, 6, 3]}
 OBJECTIVES = ("verification", "retrieval")
-GROUPS = 8  # GroupNorm's groups (privacy.network.norm: group)
 HEAD_INIT = 1.0  # initial head weight x sqrt(feature_dim), negative (see SiameseNetwork)
 
 
@@ -70,19 +69,10 @@ class SiameseNetwork(nn.Module):
 
     @staticmethod
     def _resnet(config: Mapping) -> nn.Module:
-        from monai.networks.nets import ResNet
-        from monai.networks.nets.resnet import ResNetBlock
+        from .resnet import ResNet
 
-        net = ResNet(
-            ResNetBlock, BACKBONES[config["backbone"]], [64, 128, 256, 512],
-            spatial_dims=int(config["spatial_dims"]), n_input_channels=int(config["in_channels"]),
-            num_classes=int(config["feature_dim"]), widen_factor=float(config["width"]),
-            conv1_t_stride=int(config["stem_stride"]),
-            norm=("group", {"num_groups": GROUPS}) if config["norm"] == "group" else "batch",
-        )
-        if config["norm"] == "group":
-            _group_norm_everywhere(net)
-        return net
+        return ResNet(BACKBONES[config["backbone"]], int(config["spatial_dims"]), int(config["in_channels"]),
+                      int(config["feature_dim"]), float(config["width"]), int(config["stem_stride"]), config["norm"])
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         """(B, C, *spatial) or (B, features) -> (B, feature_dim) features."""
@@ -93,19 +83,6 @@ class SiameseNetwork(nn.Module):
         if self.head is None:
             raise ValueError("a retrieval network has no verification head (use corr, l1 or l2)")
         return self.head(torch.abs(torch.sigmoid(fa) - torch.sigmoid(fb)))[:, 0]
-
-
-def _group_norm_everywhere(module: nn.Module) -> None:
-    """Replace every batch norm under ``module`` by GroupNorm(GROUPS): MONAI's ResNet (up to 1.6 at
-    least) hands its ``norm`` argument to the stem alone, and every residual block and shortcut
-    keeps BatchNorm (Project-MONAI/MONAI pull request 9028). Batch statistics of a CPU batch of a
-    few scans are what the group norm is there to avoid. The initial weights are the same: both
-    start at weight 1, bias 0, and the convolutions draw their weights in the same order."""
-    for name, child in module.named_children():
-        if isinstance(child, nn.modules.batchnorm._BatchNorm):
-            setattr(module, name, nn.GroupNorm(GROUPS, child.num_features))
-        else:
-            _group_norm_everywhere(child)
 
 
 def score_matrix(model: SiameseNetwork, fa: torch.Tensor, fb: torch.Tensor, head: str,
