@@ -113,12 +113,12 @@ def test_patient_batches_embed_each_scan_once_and_score_every_pair_of_the_batch(
     train = list(range(len(patients)))
     batches = patient_batches(patients, train, 3, np.random.default_rng(4))
     assert len(batches) == 2  # round(7 / 3) groups of 4 and 3 patients
-    scans = [np.unique(pairs) for pairs, _ in batches]
+    scans = [np.unique(pairs) for pairs, _, _ in batches]
     groups = [{patients[i] for i in s} for s in scans]
     assert sorted(len(g) for g in groups) == [3, 4] and set.union(*groups) == set(patients)
     assert sorted(np.concatenate(scans).tolist()) == train  # each scan embedded once per epoch
     positives = []
-    for (pairs, same), s in zip(batches, scans):
+    for (pairs, same, _), s in zip(batches, scans):
         assert len(pairs) == len(s) * (len(s) - 1) // 2  # every pair of the batch's scans, once
         assert all((patients[a] == patients[b]) == bool(y) for (a, b), y in zip(pairs, same))
         positives += [tuple(p) for p in pairs[same == 1].tolist()]
@@ -138,8 +138,8 @@ def test_pair_batches_are_every_positive_and_ratio_times_as_many_negatives_over_
     patients = ["a", "a", "b", "b", "c", "c"]
     pos = positive_pairs(patients, range(6))
     batches = pair_batches(patients, range(6), pos, 3, 4, np.random.default_rng(0))
-    assert [len(p) for p, _ in batches] == [4, 4, 4]
-    same = np.concatenate([s for _, s in batches])
+    assert [len(p) for p, _, _ in batches] == [4, 4, 4]
+    same = np.concatenate([s for _, s, _ in batches])
     assert same.sum() == 3 and len(same) == 12
 
 

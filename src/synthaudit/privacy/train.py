@@ -129,9 +129,7 @@ def train_network(
                 batches = pair_batches(patients, train_idx, pos_train, ratio, batch, rng)
             model.train()
             total, n_pairs = 0.0, 0
-            for pairs, same in batches:
-                # patient batches weigh their positives as their negatives (every pair of the batch)
-                weight = ratio if batching == "pairs" else max(len(same) - same.sum(), 1) / max(same.sum(), 1)
+            for pairs, same, weight in batches:
                 loss = _batch_loss(model, x, pairs, same, margin, dev, weight)
                 optimiser.zero_grad(set_to_none=True)
                 loss.backward()
@@ -160,23 +158,24 @@ def train_network(
 
 
 def pair_batches(patients: Sequence[str], train_idx: Sequence[int], positives: np.ndarray, ratio: int,
-                 batch: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+                 batch: int, rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, float]]:
     """Packhäuser et al.'s epoch: every positive pair and ``ratio`` times as many negative pairs
-    drawn over all of ``train_idx``, shuffled, in batches of ``batch`` pairs: (pairs, same)."""
+    drawn over all of ``train_idx``, shuffled, in batches of ``batch`` pairs: (pairs, same, the
+    positives' weight ``ratio``)."""
     neg = negative_pairs(patients, train_idx, len(positives) * ratio, rng)
     pairs = np.concatenate([positives, neg])
     same = np.r_[np.ones(len(positives)), np.zeros(len(neg))].astype(np.float32)
     order = rng.permutation(len(pairs))
-    return [(pairs[order[b : b + batch]], same[order[b : b + batch]]) for b in range(0, len(order), batch)]
+    return [(pairs[order[b : b + batch]], same[order[b : b + batch]], ratio) for b in range(0, len(order), batch)]
 
 
 def patient_batches(patients: Sequence[str], train_idx: Sequence[int], per_batch: int,
-                    rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray]]:
+                    rng: np.random.Generator) -> list[tuple[np.ndarray, np.ndarray, float]]:
     """One epoch of patient batches: the patients of ``train_idx``, shuffled, dealt into
     ``round(P / per_batch)`` groups (sizes differ by at most one, and no group has one patient);
     per group, every pair of its scans: positive where both are one patient's, negative
     otherwise (four patients of two scans: 4 positive and 24 negative pairs from 8 scans).
-    Returns (pairs, same) per batch."""
+    Returns (pairs, same, the positives' weight: negatives per positive, so both weigh alike) per batch."""
     by_patient: dict[str, list[int]] = {}
     for i in train_idx:
         by_patient.setdefault(patients[i], []).append(int(i))
@@ -190,8 +189,9 @@ def patient_batches(patients: Sequence[str], train_idx: Sequence[int], per_batch
         scans = sorted(i for k in group for i in by_patient[order[k]])
         a, b = np.triu_indices(len(scans), k=1)
         pairs = np.array(scans, np.int64)[np.stack([a, b], axis=1)]
-        same = np.array([patients[i] == patients[j] for i, j in pairs], np.float32)
-        out.append((pairs, same))
+        owner = np.array([patients[i] for i in scans])
+        same = (owner[a] == owner[b]).astype(np.float32)
+        out.append((pairs, same, max(len(same) - same.sum(), 1) / max(same.sum(), 1)))
     return out
 
 
@@ -200,10 +200,8 @@ def _batch_loss(model, x, pairs: np.ndarray, same: np.ndarray, margin: float, de
     """Embed each distinct scan of the batch once, then score its pairs; ``chunk`` embeds the
     scans that many at a time (validation, without gradients: bounded memory)."""
     unique, inverse = np.unique(pairs, return_inverse=True)
-    if chunk:
-        features = torch.cat([model.embed(torch.from_numpy(x[unique[i : i + chunk]]).to(dev))
-                              for i in range(0, len(unique), chunk)])
-    else:
-        features = model.embed(torch.from_numpy(x[unique]).to(dev))
+    step = chunk or len(unique)
+    features = torch.cat([model.embed(torch.from_numpy(x[unique[i : i + step]]).to(dev))
+                          for i in range(0, len(unique), step)])
     local = torch.from_numpy(inverse.reshape(pairs.shape)).to(dev)
     return pair_loss(model, features, local, torch.from_numpy(same).to(dev), margin, ratio)
