@@ -190,7 +190,7 @@ def test_frd_within_a_label_class_equals_frd_score_with_that_class_as_the_mask(t
 
 def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monkeypatch):
     """The hot spots synthaudit makes cheaper (bin edges without a Python loop over the voxels, one
-    discretisation per image shared by the five feature classes, the GLSZM's empty zone sizes dropped
+    discretisation per image shared by the five feature classes and made from one gather of the region, the GLSZM's empty zone sizes dropped
     before its empty grey levels, the texture matrices in numba, the GLCM's marginals from one sort)
     change no bit of any feature, with the whole-image mask and with a
     region's; the work is shared (13 discretisations where PyRadiomics alone does 65), the GLSZM of
@@ -210,9 +210,12 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
     region[2:10, 3:11, 1:9] = 1
     shipped_edges, shipped_binning = imageoperations.getBinEdges, base.RadiomicsFeaturesBase._applyBinning
     shipped_glszm = glszm.RadiomicsGLSZM._calculateMatrix, glszm.RadiomicsGLSZM._calculateCoefficients
-    calls, zones = [], []
+    calls, zones, ours_binned = [], [], []
     ours_glszm = R._glszm_matrix
     monkeypatch.setattr(R, "_glszm_matrix", lambda self, shipped: (zones.append(1), ours_glszm(self, shipped))[1])
+    from synthaudit.fidelity import binning as binning_fast
+    fast_binned = binning_fast.binned
+    monkeypatch.setattr(binning_fast, "binned", lambda *a: (ours_binned.append(1), fast_binned(*a))[1])
 
     def counted(self, matrix):
         calls.append(matrix.shape)
@@ -222,13 +225,14 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
     for mask in (whole, region):
         calls.clear()
         zones.clear()
+        ours_binned.clear()
         ours = R._execute(image, mask)
-        shared, new_path = len(calls), len(zones)
+        shared, new_path, shipped_binned = len(ours_binned), len(zones), len(calls)
         calls.clear()
         with monkeypatch.context() as m:
             m.setattr(R, "_pyradiomics_without_repeated_work", contextlib.nullcontext)
             theirs = R._execute(image, mask)
-        assert (shared, len(calls), new_path, len(zones)) == (13, 65, 13, 13)
+        assert (shared, shipped_binned, len(calls), new_path, len(zones)) == (13, 0, 65, 13, 13)
         assert list(ours) == list(theirs) and len(ours) > 900
         assert np.array_equal(np.array(list(ours.values())), np.array(list(theirs.values())), equal_nan=True)
     assert imageoperations.getBinEdges is shipped_edges and base.RadiomicsFeaturesBase._applyBinning is counted
@@ -241,6 +245,57 @@ def test_pyradiomics_without_its_repeated_work_gives_its_own_bits(two_sets, monk
         flat = imageoperations.getBinEdges(np.full(4, 10.0), binWidth=5)
     assert np.array_equal(fast, shipped_edges(values, binWidth=5))
     assert np.array_equal(flat, shipped_edges(np.full(4, 10.0), binWidth=5))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_binning_is_pyradiomics_own_matrix_grey_levels_and_ng(dtype):
+    """fidelity.binning against PyRadiomics' ``_applyBinning`` on values that sit on the bin edges, next to
+    them (one ulp either side), far out, negative, in a region and in a whole image; and PyRadiomics' own
+    function for what the fast path leaves to it (a bin count, a NaN in the region, an empty region)."""
+    from radiomics import base
+
+    from synthaudit.fidelity import binning as binning_fast
+
+    rng = np.random.default_rng(3)
+    width = 5
+    on_edges = np.arange(-40, 60, width, dtype=np.float64).astype(dtype)
+    near = np.concatenate([np.nextafter(on_edges, np.inf), np.nextafter(on_edges, -np.inf)])
+    values = np.concatenate([on_edges, near, (rng.standard_normal(4000) * 30).astype(dtype),
+                             np.array([1e4, -3e3, 0.0, -0.0], dtype)])
+    matrix = np.zeros(6 * 10 * 100, dtype)
+    matrix[:values.size] = values
+    matrix = rng.permutation(matrix).reshape(6, 10, 100)
+
+    class Fake:  # what _applyBinning reads and writes of a feature class
+        def __init__(self, mask, **settings):
+            self.maskArray, self.settings, self.coefficients = mask, {"binWidth": width, **settings}, {}
+
+    region = np.zeros(matrix.shape, bool)
+    region[1:5, 2:9, 10:90] = True
+    cases = [(matrix, np.ones(matrix.shape, bool), {}), (matrix, region, {}), (matrix, region, {"binCount": 16})]
+    with_nan = matrix.copy()
+    with_nan[2, 3, 40] = np.nan
+    cases += [(with_nan, region, {}), (matrix, np.zeros(matrix.shape, bool), {})]
+    for m, mask, settings in cases:
+        ours, theirs = Fake(mask, **settings), Fake(mask, **settings)
+        try:
+            expected = base.RadiomicsFeaturesBase._applyBinning(theirs, m)
+        except Exception as e:  # PyRadiomics' own error (an empty region), which ours must raise too
+            with pytest.raises(type(e)):
+                binning_fast.binned(ours, m, base.RadiomicsFeaturesBase._applyBinning,
+                                    __import__("radiomics").imageoperations.getBinEdges)
+            continue
+        got = binning_fast.binned(ours, m, base.RadiomicsFeaturesBase._applyBinning,
+                                  __import__("radiomics").imageoperations.getBinEdges)
+        assert got.dtype == expected.dtype and np.array_equal(got, expected)
+        assert ours.coefficients["grayLevels"].dtype == theirs.coefficients["grayLevels"].dtype
+        assert np.array_equal(ours.coefficients["grayLevels"], theirs.coefficients["grayLevels"])
+        assert ours.coefficients["Ng"] == theirs.coefficients["Ng"] and type(ours.coefficients["Ng"]) is int
+    edges = np.array([-10.0, -5.0, 0.0, 5.0, 10.0])
+    index = np.empty(7, np.intp)
+    binning_fast._bins(np.array([-10.0, -10.000001, -4.999999, 0.0, 9.99, 10.0, 1e9]), edges, index)
+    assert index.tolist() == [1, 0, 2, 3, 4, 5, 5] == np.digitize([-10.0, -10.000001, -4.999999, 0.0, 9.99, 10.0,
+                                                                   1e9], edges).tolist()
 
 
 def test_the_first_order_features_without_repeats_are_pyradiomics_own_bits():
