@@ -370,9 +370,9 @@ def plan_dataset(name: str, ds: dict, demo_table=None) -> DatasetPlan:
     if src in ("demo_ncct", "demo_tof"):
         if demo_table is None:
             if src == "demo_ncct":
-                from .demo.ncct import cohort_table as demo_table
+                from .demo.cohorts import ncct_table as demo_table
             else:
-                from .demo.tof import cohort_table as demo_table
+                from .demo.cohorts import tof_table as demo_table
         scans = [Scan(id=r["id"], patient_id=r["patient_id"], role=r["role"], session=r["session"])
                  for r in demo_table(ds["demo"])]
     elif src == "manifest":

@@ -24,9 +24,10 @@ from scipy import ndimage as ndi
 
 from .. import anatomy
 from ..io import atomic_path, save_volume
-from . import heldout_indices
+from .cohorts import SESSIONS
+from .cohorts import ncct_table as cohort_table  # noqa: F401  (the demo's table, here as before)
+from .cohorts import patient_id as _patient_id
 
-SESSIONS = {"baseline": "bl", "followup": "fu"}  # session name -> scan id suffix
 
 _IRREGULARITY = 0.2  # lesion outline modulation (relative radius change, at most)
 _TEXTURE_SCALE = 0.4  # lesion outline modulation wavelength, relative to its radius
@@ -39,37 +40,6 @@ _CENTRE_TRIES = 64  # lesion centre candidates tested per batch...
 _CENTRE_BATCHES = 20  # ...and batches before giving up
 _PROBE_DIRECTIONS = 64  # directions in which a candidate's clearance is tested
 _HU_RANGE = (-1024, 3071)  # 12-bit CT range stored in int16
-
-
-def cohort_table(cfg: dict) -> list[dict]:
-    """One row per scan of the demo cohort, without simulating anything.
-
-    Snakemake calls this at parse time, so it must stay pure and fast. Held-out patients
-    (never in the training set; the non-replica source) are a seeded permutation, and
-    both scans of a patient share the role so no patient straddles the split.
-
-    Args:
-        cfg: The ``datasets.<name>.demo`` section of params.yaml.
-
-    Returns:
-        Rows with keys ``id`` (``p003_bl``), ``patient_id`` (``p003``), ``session``
-        (``baseline``/``followup``) and ``role`` (``train``/``heldout``), ordered by
-        patient then session.
-
-    Raises:
-        ValueError: If ``n_heldout_patients`` would leave no training patient or is < 0.
-    """
-    n_patients = int(cfg["n_patients"])
-    n_heldout = int(cfg["n_heldout_patients"])
-    heldout = heldout_indices(n_patients, n_heldout, cfg["seed"], "n_heldout_patients", "patient")
-    rows = []
-    for index in range(1, n_patients + 1):
-        patient_id = _patient_id(index)
-        role = "heldout" if index - 1 in heldout else "train"
-        for session, suffix in SESSIONS.items():
-            scan_id = f"{patient_id}_{suffix}"
-            rows.append({"id": scan_id, "patient_id": patient_id, "session": session, "role": role})
-    return rows
 
 
 def class_table(truths: list[dict]) -> list[dict]:
@@ -131,11 +101,6 @@ def simulate_patient(cfg: dict, patient_id: str, out: dict[str, str], atlas_file
         save_volume(out[f"{session}_label"], label, affine, np.uint8)
         truth["scans"][session] = scan_truth
     return truth
-
-
-def _patient_id(index: int) -> str:
-    """``p003`` for patient 3; fixed width so ids sort and never depend on the cohort size."""
-    return f"p{index:03d}"
 
 
 def _patient_index(patient_id: str, n_patients: int) -> int:

@@ -53,7 +53,8 @@ from scipy.interpolate import CubicSpline
 from scipy.spatial import cKDTree
 
 from ..io import save_volume
-from . import heldout_indices
+from .cohorts import subject_id as _subject_id
+from .cohorts import tof_table as cohort_table  # noqa: F401  (the demo's table, here as before)
 
 CLASSES = {1: "ICA", 2: "BA", 3: "Pcom", 4: "Acom", 5: "PCA", 6: "ACA", 7: "M1"}
 
@@ -191,36 +192,6 @@ class VesselTree:
             "radii_mm": {s.name: s.radius for s in self.segments},
             "rotation_deg": list(self.rotation_deg),
         }
-
-
-def cohort_table(cfg: dict) -> list[dict]:
-    """One row per subject (one scan each), without simulating anything.
-
-    Snakemake calls this at parse time, so it must stay pure and fast. Held-out subjects
-    (never in the training set; the non-replica source) are a seeded permutation.
-
-    Args:
-        cfg: The ``datasets.<name>.demo`` section of params.yaml.
-
-    Returns:
-        Rows with keys ``id`` and ``patient_id`` (both ``s003``), ``session``
-        (``baseline``) and ``role`` (``train``/``heldout``), ordered by subject.
-
-    Raises:
-        ValueError: If ``n_heldout_subjects`` would leave no training subject or is < 0.
-    """
-    n_subjects = int(cfg["n_subjects"])
-    n_heldout = int(cfg["n_heldout_subjects"])
-    heldout = heldout_indices(n_subjects, n_heldout, cfg["seed"], "n_heldout_subjects", "subject")
-    return [
-        {
-            "id": _subject_id(index),
-            "patient_id": _subject_id(index),
-            "session": "baseline",
-            "role": "heldout" if index - 1 in heldout else "train",
-        }
-        for index in range(1, n_subjects + 1)
-    ]
 
 
 def grid_affine(grid_cfg: dict) -> np.ndarray:
@@ -377,11 +348,6 @@ def anatomy_replica(
         "max_displacement_mm": max_displacement,
         **replica.truth(),
     }
-
-
-def _subject_id(index: int) -> str:
-    """``s003`` for subject 3; fixed width so ids sort and never depend on the cohort size."""
-    return f"s{index:03d}"
 
 
 def _subject_index(subject_id: str, n_subjects: int) -> int:
