@@ -340,6 +340,23 @@ def test_the_first_order_features_without_repeats_are_pyradiomics_own_bits():
             assert ours.get10PercentileFeatureValue().tobytes() == shipped.get10PercentileFeatureValue().tobytes()
 
 
+def test_the_feature_caches_recipe_covers_every_module_the_extraction_imports():
+    """A cached row is reused while its recipe is the same: every module of the fidelity folder that the
+    extraction (radiomics.py) imports must be in it, or a change there would be read back from old rows
+    (first_order.py was missing until issue 62's binning change)."""
+    import ast
+
+    from synthaudit.fidelity import radiomics_cache as C
+
+    tree = ast.parse(Path(R.__file__).read_text())
+    imported = {f"{a.name}.py" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1
+                and not n.module for a in n.names}
+    imported |= {f"{n.module}.py" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 1
+                 and n.module}
+    imported -= {"measures.py", "radiomics_cache.py"}  # the Fréchet distance, and the cache itself: not features
+    assert imported and imported <= set(C._CODE), imported - set(C._CODE)
+
+
 def test_the_feature_cache_extracts_each_content_once_and_gives_its_bits(two_sets, tmp_path, monkeypatch):
     """A volume whose bytes repeat under another name (a replica; a new gzip header) is extracted once,
     a second job reads every row from the cache without PyRadiomics, and the features are the same bits

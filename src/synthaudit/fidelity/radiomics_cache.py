@@ -30,8 +30,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 Row = dict[str, float]
-# the modules whose code computes the features: a change to any of them changes the recipe
-_CODE = ("radiomics.py", "texture_matrices.py", "frd_extraction_3d.yaml")
+# the modules whose code computes the features: a change to any of them changes the recipe (the modules
+# radiomics.py's extraction imports from this folder: tests/test_frd.py checks the list against its imports)
+_CODE = ("radiomics.py", "texture_matrices.py", "first_order.py", "binning.py", "frd_extraction_3d.yaml")
 _LIBRARIES = ("radiomics", "SimpleITK", "pywt", "numpy", "scipy", "skimage", "numba")
 
 
