@@ -146,12 +146,13 @@ def test_the_local_pages_tables_are_the_committed_runs():
 
     page = LOCAL_PAGE.read_text()
     for key, name in (("local-controls-ct-informative", "ct"), ("local-controls-ct2-informative", "ct2"),
-                      ("local-controls-mri-informative", "mri"), ("local-controls-ct-old", "ct_old")):
+                      ("local-controls-mri-informative", "mri"), ("local-controls-ct-old", "ct_old"),
+                      ("local-controls-abdomen-informative", "abdomen")):
         run = json.loads((ROOT / f"results/bench/local_controls_{name}.json").read_text())
         assert _between(page, key) == local_check.markdown(run), f"{key}: rerun local_controls_check.py --doc"
     command = re.search(r"local_block_sizes\.py --doc \S+ ([^`]*)`", page).group(1)
     runs = local_sizes.load_runs([ROOT / path for path in command.split()])
-    assert len(runs) == 12  # the three defaults and the nine other settings
+    assert len(runs) == 19  # the four cohorts' defaults and the fifteen other settings (six on the abdomen)
     assert _between(page, "local-block-sizes") == local_sizes.table(runs), "rerun local_block_sizes.py --doc"
 
 
@@ -161,7 +162,7 @@ def test_the_local_levels_defaults_are_the_settings_that_met_issue_43_on_real_an
     import yaml
 
     local = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]["local"]
-    for name in ("ct", "ct2", "mri"):
+    for name in ("ct", "ct2", "mri", "abdomen"):
         run = json.loads((ROOT / f"results/bench/local_controls_{name}.json").read_text())
         assert (run["settings"]["block_mm"], run["settings"]["smooth_mm"]) == (local["block_mm"], local["smooth_mm"])
         called, n = (int(x) for x in local_sizes.distinctive(run).split(" of "))

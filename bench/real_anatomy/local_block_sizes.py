@@ -12,7 +12,8 @@ the runs at other settings are one sweep file, ``collect``ed from local_controls
     python bench/real_anatomy/local_block_sizes.py collect --out results/bench/local_block_sizes.json RUN.json ...
     python bench/real_anatomy/local_block_sizes.py --doc docs/local_replicas_real_anatomy.md \
         results/bench/local_controls_ct.json results/bench/local_controls_ct2.json \
-        results/bench/local_controls_mri.json results/bench/local_block_sizes.json
+        results/bench/local_controls_mri.json results/bench/local_controls_abdomen.json \
+        results/bench/local_block_sizes.json
 """
 
 from __future__ import annotations
@@ -25,12 +26,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from local_controls_check import write_doc  # noqa: E402
 
-COHORT = {"ct": "head CT (HU)", "mri": "real-anatomy MRI"}
+COHORT = {"ct": "head CT (HU)", "mri": "real-anatomy MRI", "abdomen": "abdominal CT (HU), around the liver"}
 
 
 def _cohort(r: dict) -> str:
     twice = r.get("noise_source", "").startswith("rescan")  # the held-out patients were scanned twice
-    return COHORT.get(r["cohort"], r["cohort"]) + (", held-out patients scanned twice" if twice else "")
+    n_heldout = int(r["heldout_called"].rsplit(" of ", 1)[1])
+    return (COHORT.get(r["cohort"], r["cohort"]) + (", held-out patients scanned twice" if twice else "")
+            + (f", {n_heldout} held-out scans" if n_heldout != 20 else ""))
 
 
 def _f(x) -> str:
@@ -80,13 +83,17 @@ def load_runs(paths: list[Path]) -> list[dict]:
 
 def collect(paths: list[Path], out: Path) -> None:
     """One sweep file of local_controls_check.py's runs, each under its file's name without
-    ``local_controls_`` (``ct_b12_s3``): one result file for the table's settings, not one per setting."""
+    ``local_controls_`` (``ct_b12_s3``): one result file for the table's settings, not one per setting.
+    A sweep file among ``paths`` (the last one written, say) gives its runs under their names, so a run
+    joins the sweep without the others' files."""
     from synthaudit.io import write_json
 
+    runs = {}
+    for p in paths:
+        got = json.loads(Path(p).read_text())
+        runs.update(got["runs"] if "runs" in got else {Path(p).stem.removeprefix("local_controls_"): got})
     write_json(out, {"about": "local_controls_check.py runs at other settings than relict.local's defaults "
-                              "(docs/local_replicas_real_anatomy.md's block-size table)",
-                     "runs": {Path(p).stem.removeprefix("local_controls_"): json.loads(Path(p).read_text())
-                              for p in paths}})
+                              "(docs/local_replicas_real_anatomy.md's block-size table)", "runs": runs})
 
 
 def main(argv=None) -> int:

