@@ -195,11 +195,11 @@ def privacy_possible(rows: list[dict]) -> tuple[bool, str]:
 # classes) and a part that grows with the voxels of the volume resampled to FRD's 2 mm; the fit of
 # bench/fidelity/radiomics_cost.py (results/bench/radiomics_cost.json: simulated heads and a TOF slab, one
 # process, synthaudit's extraction with the numba texture matrices and the first-order features computed
-# once per image), taken on the 2-core host alone (2026-12-07)
-RADIOMICS_SECONDS_FIXED = 0.38
+# once per image, the discretisation from one gather), taken on the 2-core host alone (2026-12-07, best of 2)
+RADIOMICS_SECONDS_FIXED = 0.39
 
 
-RADIOMICS_SECONDS_PER_MVOXEL_2MM = 5.76
+RADIOMICS_SECONDS_PER_MVOXEL_2MM = 4.91
 
 
 FRD_BUDGET_HOURS = 4.0  # init switches fidelity.frd on where the radiomics of every volume fit (2 processes)
