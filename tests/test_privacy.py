@@ -419,6 +419,7 @@ def test_balanced_pairs_keep_every_positive_and_as_many_seeded_negatives():
     assert filtering.balanced_pairs(few_negatives, 0).tolist() == [0, 1, 2]
 
 
+@pytest.mark.slow  # a training that must learn (about 40 s); make test's demo runs evaluate_space itself
 def test_evaluate_space_end_to_end_on_an_easy_cohort():
     # scan noise 0.05 of the pattern's spread: re-identification is easy (AUC 0.88-1.0 for filter seeds 0-5 on
     # one thread, 1.0 for seed 0). 16^3 voxels: at 8^3 the last blocks' GroupNorm sees 1-4 values a group
