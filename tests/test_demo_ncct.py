@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from synthaudit import anatomy
-from synthaudit.demo import ncct
+from synthaudit.demo import cohorts, ncct
 from synthaudit.io import load_volume, spacing_from_affine
 
 CFG = {
@@ -59,7 +59,7 @@ def patient(tmp_path_factory):
 
 
 def test_cohort_table_rows_and_roles():
-    rows = ncct.cohort_table(CFG)
+    rows = cohorts.ncct_table(CFG)
     assert len(rows) == 2 * CFG["n_patients"]
     assert [r["id"] for r in rows[:2]] == ["p001_bl", "p001_fu"]
     assert {r["session"] for r in rows} == {"baseline", "followup"}
@@ -73,10 +73,10 @@ def test_cohort_table_rows_and_roles():
 
 def test_cohort_table_deterministic_and_seeded():
     cfg = _cfg(n_patients=30, n_heldout_patients=10)
-    assert ncct.cohort_table(cfg) == ncct.cohort_table(copy.deepcopy(cfg))
+    assert cohorts.ncct_table(cfg) == cohorts.ncct_table(copy.deepcopy(cfg))
 
     def heldout(seed):
-        return {r["patient_id"] for r in ncct.cohort_table({**cfg, "seed": seed}) if r["role"] == "heldout"}
+        return {r["patient_id"] for r in cohorts.ncct_table({**cfg, "seed": seed}) if r["role"] == "heldout"}
 
     assert len(heldout(1)) == 10
     assert heldout(1) != heldout(2)
@@ -85,7 +85,7 @@ def test_cohort_table_deterministic_and_seeded():
 @pytest.mark.parametrize("n_heldout", [-1, 4, 5])
 def test_cohort_table_rejects_bad_heldout_count(n_heldout):
     with pytest.raises(ValueError, match="n_heldout_patients"):
-        ncct.cohort_table(_cfg(n_heldout_patients=n_heldout))
+        cohorts.ncct_table(_cfg(n_heldout_patients=n_heldout))
 
 
 def test_unknown_patient_is_rejected(tmp_path):

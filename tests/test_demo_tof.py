@@ -8,7 +8,7 @@ import nibabel as nib
 import numpy as np
 import pytest
 
-from synthaudit.demo import tof
+from synthaudit.demo import cohorts, tof
 from synthaudit.io import load_volume, spacing_from_affine
 
 CFG = copy.deepcopy(tof.DEFAULT_TOF_CFG) | {"n_subjects": 24, "n_heldout_subjects": 6, "seed": 4242}
@@ -49,7 +49,7 @@ def _world_x(label: np.ndarray, affine: np.ndarray, value: int) -> np.ndarray:
 
 def _first_subject(cfg: dict, wanted) -> str:
     """The first cohort subject whose anatomy satisfies ``wanted(tree)``."""
-    for row in tof.cohort_table(cfg):
+    for row in cohorts.tof_table(cfg):
         if wanted(tof.simulate_subject_anatomy(cfg, row["id"])):
             return row["id"]
     raise AssertionError("no subject of the test cohort has the wanted variant")
@@ -59,7 +59,7 @@ def _first_subject(cfg: dict, wanted) -> str:
 def subjects(tmp_path_factory):
     """Five training subjects without variants: {id: (truth, image, label, affine)}."""
     folder = tmp_path_factory.mktemp("tof")
-    ids = [r["id"] for r in tof.cohort_table(NO_VARIANTS) if r["role"] == "train"][:5]
+    ids = [r["id"] for r in cohorts.tof_table(NO_VARIANTS) if r["role"] == "train"][:5]
     return {s: _simulate(folder, s, tof.simulate_subject, NO_VARIANTS, s) for s in ids}
 
 
@@ -67,7 +67,7 @@ def subjects(tmp_path_factory):
 
 
 def test_cohort_table_rows_and_roles():
-    rows = tof.cohort_table(CFG)
+    rows = cohorts.tof_table(CFG)
     assert len(rows) == CFG["n_subjects"]
     assert [r["id"] for r in rows[:3]] == ["s001", "s002", "s003"]
     assert all(r["patient_id"] == r["id"] and r["session"] == "baseline" for r in rows)
@@ -76,10 +76,10 @@ def test_cohort_table_rows_and_roles():
 
 
 def test_cohort_table_deterministic_and_seeded():
-    assert tof.cohort_table(CFG) == tof.cohort_table(copy.deepcopy(CFG))
+    assert cohorts.tof_table(CFG) == cohorts.tof_table(copy.deepcopy(CFG))
 
     def heldout(seed):
-        return {r["id"] for r in tof.cohort_table(_cfg(seed=seed)) if r["role"] == "heldout"}
+        return {r["id"] for r in cohorts.tof_table(_cfg(seed=seed)) if r["role"] == "heldout"}
 
     assert heldout(1) == heldout(1)
     assert heldout(1) != heldout(2)
@@ -88,7 +88,7 @@ def test_cohort_table_deterministic_and_seeded():
 @pytest.mark.parametrize("n_heldout", [24, 30, -1])
 def test_cohort_table_rejects_bad_split(n_heldout):
     with pytest.raises(ValueError, match="n_heldout_subjects"):
-        tof.cohort_table(_cfg(n_heldout_subjects=n_heldout))
+        cohorts.tof_table(_cfg(n_heldout_subjects=n_heldout))
 
 
 def test_unknown_subjects_are_refused(tmp_path):

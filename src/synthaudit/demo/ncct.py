@@ -25,7 +25,6 @@ from scipy import ndimage as ndi
 from .. import anatomy
 from ..io import atomic_path, save_volume
 from .cohorts import SESSIONS
-from .cohorts import ncct_table as cohort_table  # noqa: F401  (the demo's table, here as before)
 from .cohorts import patient_id as _patient_id
 
 
@@ -67,7 +66,7 @@ def simulate_patient(cfg: dict, patient_id: str, out: dict[str, str], atlas_file
 
     Args:
         cfg: The ``datasets.<name>.demo`` section of params.yaml.
-        patient_id: A patient of ``cohort_table(cfg)``, e.g. ``p003``.
+        patient_id: A patient of ``cohorts.ncct_table(cfg)``, e.g. ``p003``.
         out: Output paths under the keys ``baseline_image``, ``baseline_label``,
             ``followup_image`` and ``followup_label``. Images are int16 HU, labels
             uint8 (1 = haemorrhage), each with the scan's true world affine.

@@ -54,7 +54,6 @@ from scipy.spatial import cKDTree
 
 from ..io import save_volume
 from .cohorts import subject_id as _subject_id
-from .cohorts import tof_table as cohort_table  # noqa: F401  (the demo's table, here as before)
 
 CLASSES = {1: "ICA", 2: "BA", 3: "Pcom", 4: "Acom", 5: "PCA", 6: "ACA", 7: "M1"}
 
@@ -259,7 +258,7 @@ def simulate_subject(cfg: dict, subject_id: str, out: dict[str, str]) -> dict:
 
     Args:
         cfg: The ``datasets.<name>.demo`` section of params.yaml.
-        subject_id: A subject of ``cohort_table(cfg)``, e.g. ``s003``.
+        subject_id: A subject of ``cohorts.tof_table(cfg)``, e.g. ``s003``.
         out: Output paths under ``image`` (float32) and ``label`` (uint8, ``CLASSES``).
 
     Returns:
