@@ -252,7 +252,7 @@ def test_the_binning_is_pyradiomics_own_matrix_grey_levels_and_ng(dtype):
     """fidelity.binning against PyRadiomics' ``_applyBinning`` on values that sit on the bin edges, next to
     them (one ulp either side), far out, negative, in a region and in a whole image; and PyRadiomics' own
     function for what the fast path leaves to it (a bin count, a NaN in the region, an empty region)."""
-    from radiomics import base
+    from radiomics import base, imageoperations
 
     from synthaudit.fidelity import binning as binning_fast
 
@@ -283,10 +283,10 @@ def test_the_binning_is_pyradiomics_own_matrix_grey_levels_and_ng(dtype):
         except Exception as e:  # PyRadiomics' own error (an empty region), which ours must raise too
             with pytest.raises(type(e)):
                 binning_fast.binned(ours, m, base.RadiomicsFeaturesBase._applyBinning,
-                                    __import__("radiomics").imageoperations.getBinEdges)
+                                    imageoperations.getBinEdges)
             continue
         got = binning_fast.binned(ours, m, base.RadiomicsFeaturesBase._applyBinning,
-                                  __import__("radiomics").imageoperations.getBinEdges)
+                                  imageoperations.getBinEdges)
         assert got.dtype == expected.dtype and np.array_equal(got, expected)
         assert ours.coefficients["grayLevels"].dtype == theirs.coefficients["grayLevels"].dtype
         assert np.array_equal(ours.coefficients["grayLevels"], theirs.coefficients["grayLevels"])

@@ -39,12 +39,18 @@ ROOT = Path(__file__).resolve().parents[2]
 AIR = -1000.0
 
 
-def load_ct(path: Path, spacing_mm: float) -> np.ndarray:
-    """The CT in HU on an isotropic grid, cropped to the head with a 15 mm margin."""
+def ct_on_grid(path: Path, spacing_mm: float) -> tuple[np.ndarray, np.ndarray]:
+    """A CT in HU (clipped to the 12-bit range), RAS, linearly resampled to ``spacing_mm`` isotropic;
+    returns (volume, the file's voxel sizes in mm)."""
     img = nib.as_closest_canonical(nib.load(str(path)))
     v = np.clip(np.asarray(img.dataobj, np.float32), -1024, 3071)
     zooms = np.asarray(img.header.get_zooms()[:3], float)
-    v = ndimage.zoom(v, zooms / spacing_mm, order=1, mode="nearest").astype(np.float32)
+    return ndimage.zoom(v, zooms / spacing_mm, order=1, mode="nearest").astype(np.float32), zooms
+
+
+def load_ct(path: Path, spacing_mm: float) -> np.ndarray:
+    """The CT in HU on an isotropic grid, cropped to the head with a 15 mm margin."""
+    v, _ = ct_on_grid(path, spacing_mm)
     head = ndimage.binary_opening(v > -500, iterations=2)
     idx = np.argwhere(head)
     m = int(round(15 / spacing_mm))

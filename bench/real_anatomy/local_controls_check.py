@@ -52,7 +52,7 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alignment_ct_check import in_air, load_ct  # noqa: E402
+from alignment_ct_check import ct_on_grid, in_air, load_ct  # noqa: E402
 from build_cohort import deformed  # noqa: E402
 
 from synthaudit.io import write_json  # noqa: E402
@@ -91,15 +91,10 @@ def load_abdomen(folder: Path, spacing_mm: float, organ: str = "liver") -> tuple
     """The abdominal CT in HU on an isotropic grid: an 85-voxel cube centred on ``organ`` (its label's
     centroid) with a 15 mm margin on every side (the patients are deformed with it, then cut to the cube);
     returns (volume, margin in voxels)."""
-    from scipy import ndimage
-
-    img = nib.as_closest_canonical(nib.load(str(folder / "cxr.nii.gz")))
+    v, zooms = ct_on_grid(folder / "cxr.nii.gz", spacing_mm)
     labels = nib.as_closest_canonical(nib.load(str(folder / "mask.nii.gz")))
     names = {row.split(",")[2]: int(row.split(",")[3]) for row in (folder / "structures.csv").read_text().splitlines()[1:]}
-    zooms = np.asarray(img.header.get_zooms()[:3], float)
     centre = np.argwhere(np.asarray(labels.dataobj) == names[organ]).mean(0) * zooms / spacing_mm
-    v = np.clip(np.asarray(img.dataobj, np.float32), -1024, 3071)
-    v = ndimage.zoom(v, zooms / spacing_mm, order=1, mode="nearest").astype(np.float32)
     margin = int(round(ABDOMEN_MARGIN_MM / spacing_mm))
     half = ABDOMEN_CUBE_VOX // 2 + margin
     lo = np.clip(np.round(centre).astype(int) - half, 0, None)
