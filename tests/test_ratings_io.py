@@ -85,6 +85,36 @@ def test_load_volume_refuses_nan_and_garbage(tmp_path, nifti):
         load_volume(tmp_path / "nothing.nii.gz")
 
 
+def test_load_volume_reads_gzipped_nifti_as_nibabel_does(tmp_path):
+    """load_volume's one-call gunzip (io._gzipped_nifti) against nib.load: NIfTI-1 and -2, scaled integers, a
+    multi-member file with zero padding (bgzip, concatenated members); a truncated file and a gzipped
+    non-NIfTI are refused with the file's name."""
+    import gzip
+
+    import nibabel as nib
+
+    x = np.random.default_rng(0).normal(size=(7, 8, 9)).astype(np.float32)
+    affine = np.diag([1.5, 2.0, 2.5, 1.0])
+    for k, cls in enumerate((nib.Nifti1Image, nib.Nifti2Image)):
+        scaled = cls((x * 100).astype(np.int16), affine)
+        scaled.header.set_slope_inter(0.5, 3.0)
+        for name, img in ((f"f{k}.nii.gz", cls(x, affine)), (f"i{k}.nii.gz", scaled)):
+            nib.save(img, str(tmp_path / name))
+            data, got_affine = load_volume(tmp_path / name)
+            want = nib.load(str(tmp_path / name))
+            assert np.array_equal(data, np.asarray(want.dataobj, dtype=np.float32))
+            assert np.array_equal(got_affine, want.affine)
+    raw = gzip.decompress((tmp_path / "f0.nii.gz").read_bytes())
+    (tmp_path / "members.nii.gz").write_bytes(gzip.compress(raw[:1000]) + gzip.compress(raw[1000:]) + bytes(16))
+    assert np.array_equal(load_volume(tmp_path / "members.nii.gz")[0], x)
+    (tmp_path / "cut.nii.gz").write_bytes((tmp_path / "f0.nii.gz").read_bytes()[:-50])
+    with pytest.raises(VolumeError, match=r"cut.nii.gz: unreadable volume \(OSError: truncated gzip stream"):
+        load_volume(tmp_path / "cut.nii.gz")
+    (tmp_path / "text.nii.gz").write_bytes(gzip.compress(b"not a nifti file" * 40))
+    with pytest.raises(VolumeError, match="text.nii.gz: unreadable volume .*not a NIfTI file"):
+        load_volume(tmp_path / "text.nii.gz")
+
+
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     target = tmp_path / "out.json"
     with pytest.raises(RuntimeError):
