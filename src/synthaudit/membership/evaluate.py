@@ -83,8 +83,11 @@ def bootstrap(members: Sequence[float], nonmembers: Sequence[float], n: int, see
            "advantage_ci": [float(x) for x in np.quantile(advantages, q)], "n": int(n), "level": float(level)}
     if fpr_grid is not None:
         grid = np.asarray(fpr_grid, float)
-        band = np.array([row_tpr[np.searchsorted(row_fpr, grid + 1e-12, side="right") - 1]
-                         for row_tpr, row_fpr in zip(tpr, fpr)])
+        # each replicate's TPR at the last threshold whose FPR is at or below the grid's (its rows' FPRs rise
+        # with the threshold: the count at or below is numpy.searchsorted's "right" side, for every row at once)
+        band = np.concatenate([np.take_along_axis(t, (f[:, :, None] <= grid + 1e-12).sum(axis=1) - 1, axis=1)
+                               for t, f in zip(np.array_split(tpr, -(-len(tpr) // 256)),
+                                               np.array_split(fpr, -(-len(fpr) // 256)))])  # 256 rows at a time
         out["band"] = {"fpr": grid.tolist(), "low": np.quantile(band, q[0], axis=0).tolist(),
                        "high": np.quantile(band, q[1], axis=0).tolist()}
     return out
