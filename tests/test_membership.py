@@ -80,6 +80,23 @@ def test_density_ratio_leaves_the_candidates_own_patient_out_of_the_reference():
     assert with_itself[0] < left_out[0]  # its own scan in the reference made it look like a non-member
 
 
+def test_principal_axes_are_the_svds_on_wide_embeddings():
+    """The density ratio's axes from the samples' Gram matrix: pca_fit's (an SVD) on samples with many more
+    features than rows, as an encoder's embeddings are, and on a rank-deficient set (zero rows past its rank)."""
+    from synthaudit.fidelity.measures import pca_fit
+
+    rng = np.random.default_rng(5)
+    for n, d, k in ((22, 4096, 5), (50, 2000, 5), (12, 300, 11), (8, 3, 2)):
+        x = rng.normal(size=(n, d)) * np.linspace(3, 0.5, d) + rng.normal(size=d)  # distinct spreads: unique axes
+        mean, axes = attacks.principal_axes(x, k)
+        want_mean, want = pca_fit(x, k)
+        assert axes.shape == want.shape and np.array_equal(mean, want_mean)
+        np.testing.assert_allclose(axes, want, atol=1e-10)
+    twice = np.repeat(rng.normal(size=(3, 50)), 2, axis=0)  # 6 rows, rank 2 once centred
+    _, axes = attacks.principal_axes(twice, 4)
+    assert np.isfinite(axes).all() and np.allclose(np.linalg.norm(axes[:2], axis=1), 1.0)
+
+
 def test_kde_dimension_stays_below_the_smaller_set():
     assert attacks.kde_dimension(5, 12, 20) == 5
     assert attacks.kde_dimension(5, 6, 20) == 4

@@ -256,8 +256,9 @@ def stage_radiomics() -> str:
 
 
 def stage_membership() -> str:
-    """The membership attacks (synthaudit.membership): the samples' PCA (an SVD), the kernel densities'
-    covariance, Cholesky factor and solves (LAPACK), the embedding distances and the patient bootstrap."""
+    """The membership attacks (synthaudit.membership): the samples' principal axes (their Gram matrix's
+    eigenvectors, LAPACK), the kernel densities' covariance, Cholesky factor and solves (LAPACK), the
+    embedding distances and the patient bootstrap."""
     import numpy as np
 
     from .features.compare import all_pairs_feature_measures
