@@ -363,6 +363,26 @@ class WorkflowPlan:
         return {"train": [[s.id, s.patient_id] for s in p.train], "heldout": [[s.id, s.patient_id] for s in p.heldout],
                 "trained_ids": trained, "released_patients": sorted(set(self.heldout_source_patients(dataset).values()))}
 
+    def membership_sets(self) -> dict[str, dict]:
+        """Every membership set's inputs (synthaudit.membership.stage.SetFiles' fields), for the stage's one
+        job."""
+        out = {}
+        for d in self.membership_datasets:
+            filters = self.membership_filter_scores(d)
+            out[d] = {"heldout": self.preprocessed_images(d, role="heldout"), "synthetic": self.synthetic_images(d),
+                      "synthetic_ids": self.split_ids(d, "synthetic"),
+                      "training_distances": [f"results/relict/{d}/measures/{m}.npz" for m in self.membership_measures(d)],
+                      "measures": self.membership_measures(d), "embeddings": self.membership_embeddings(d),
+                      "filter_scores": filters, "filter_spaces": [Path(p).parent.name for p in filters],
+                      "grid": self.grid_json(d), "candidates": self.membership_inputs(d)}
+        return out
+
+    def membership_files(self) -> list[str]:
+        """What the membership job reads (its inputs)."""
+        sets = self.membership_sets().values()
+        keys = ("heldout", "synthetic", "training_distances", "embeddings", "filter_scores")
+        return sorted({p for s in sets for k in keys for p in s[k]} | {s["grid"] for s in sets})
+
     def ratings_file(self, dataset: str) -> str | None:
         """The rating table that evaluation uses, or None (no evaluation for this dataset)."""
         given = self.dataset_cfg[dataset].get("ratings")

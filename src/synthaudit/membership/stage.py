@@ -100,12 +100,12 @@ def _embedded(s: SetFiles, c: ma.Candidates, shared: Shared, scaling: str) -> di
     (train_ids, train, _), (held_ids, held_x, _), (s_ids, samples, _) = [shared.embeddings(x) for x in s.embeddings]
     if s_ids != s.synthetic_ids:
         raise ValueError(f"{s.embeddings[2]}: its ids differ from the set's samples; rerun embed")
-    rows = {**{v: train[k] for k, v in enumerate(train_ids)}, **{v: held_x[k] for k, v in enumerate(held_ids)}}
-    # scaled as the feature level scales, with the samples' statistics: the attacker holds nothing else
-    cand, samples_scaled = standardise(np.stack([rows[v] for v in c.ids]), samples, scaling)
-    reference, _ = standardise(held_x, samples, scaling)
+    # scaled as the feature level scales, with the samples' statistics: the attacker holds nothing else (every
+    # scaling treats each row on its own, so the real scans are scaled together, once)
+    real, samples_scaled = standardise(np.concatenate([train, held_x]), samples, scaling)
+    row = {v: k for k, v in enumerate([*train_ids, *held_ids])}
     patient_of = dict(s.candidates["heldout"])
-    return {"candidates": cand, "samples": samples_scaled, "reference": reference,
+    return {"candidates": real[[row[v] for v in c.ids]], "samples": samples_scaled, "reference": real[len(train_ids):],
             "reference_patients": [patient_of[v] for v in held_ids]}
 
 

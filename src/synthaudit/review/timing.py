@@ -35,7 +35,7 @@ STAGE_BENCHMARKS = {
 UNESTIMATED_BENCHMARKS = {
     "U-Net (training, prediction)": ["segment_train_unet/{d}.tsv", "segment_predict/{d}/*.tsv"],
     "2.5D FD slices": ["slice_features/{d}/*.tsv"],
-    "membership inference": ["membership/{d}.tsv"],  # issue 64: seconds per set; shown, not yet estimated
+    "membership inference": ["membership.tsv"],  # issue 64: one job for every set; shown, not yet estimated
 }
 
 
