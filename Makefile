@@ -140,7 +140,6 @@ bench: $(STAMP)
 	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 150 --keep 80 --exact-subset 0 \
 		--reference-pairs 0 --exhaustive results/bench/alignment_recall_ncct.npz \
 		--out results/bench/alignment_ncct_ranked.json
-	$(BENCH) synthaudit_bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
 
 # the aligned ratio's candidates against every training volume aligned (six synthetic volumes of the
 # NCCT bench cohort, ~13 min; docs/benchmarks.md): results/bench/alignment_recall_ncct.json, and every
@@ -172,7 +171,6 @@ bench-shortlist: $(STAMP)
 bench-quick: $(STAMP)
 	$(BENCH) synthaudit_bench --scale quick
 	$(BENCH) synthaudit_bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
-	$(BENCH) synthaudit_bench.embedding --spacing 2 --out results/bench/embedding_2mm.json
 
 # The developer's loop on a fresh clone of HEAD (docs/benchmarks.md): make install, make demo
 # and make test timed, Snakemake's own CPU (py-spy profile), concurrency; results/bench/loop.json.
