@@ -133,7 +133,6 @@ report: $(STAMP)
 # bench at RELICT's sizes (NCCT 50 x 774, TOF 50 x 1,782), bench-quick in a few minutes.
 bench: $(STAMP)
 	$(BENCH) synthaudit_bench --scale ncct tof
-	$(BENCH) synthaudit_bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
 	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 50 --out results/bench/alignment_ncct.json
 	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 100 --reference-k 150 \
 		--out results/bench/alignment_ncct_k100.json
@@ -170,7 +169,6 @@ bench-shortlist: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BENCH) synthaudit_bench --scale quick
-	$(BENCH) synthaudit_bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
 
 # The developer's loop on a fresh clone of HEAD (docs/benchmarks.md): make install, make demo
 # and make test timed, Snakemake's own CPU (py-spy profile), concurrency; results/bench/loop.json.
