@@ -155,7 +155,7 @@ bench-cvae: $(STAMP)
 # local replicas (issue 33): regions of 20-40 mm pasted into the demo's held-out scans, the local
 # level's sensitivity and false positives by block size and smoothing (docs/local_replicas.md)
 bench-local: $(STAMP)
-	$(BENCH) synthaudit_bench.local_replicas --sweep --out results/bench/local_replicas.json
+	$(BENCH) synthaudit_bench.local_replicas --out results/bench/local_replicas.json
 
 # the image level's fused Triton kernels against the torch path at RELICT's NCCT size, on a CUDA machine
 # (issue 47; docs/benchmarks.md "The image level on a GPU"): results/bench/gpu_image_level.json
