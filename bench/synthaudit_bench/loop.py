@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synthaudit.io import write_json
-from .report import cpu_model
+from synthaudit.numerics import cpu_model
 
 TARGETS = {
     "demo_wall_s": 600.0,          # fresh clone: make install + make demo, at most 10 minutes
