@@ -16,6 +16,8 @@ import json
 import sys
 from pathlib import Path
 
+from synthaudit.io import write_json
+
 
 def ssim_target_s(bench_file: Path, fallback: float = 1200.0) -> float:
     """Twice the measured in-full SSIM wall time at NCCT scale (issue 19's target), if there is one.
@@ -78,10 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                       reference_pairs=args.reference_pairs, reference_k=args.reference_k,
                       threads=args.threads, device=args.device, target_s=args.target_s, **kw)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
+    write_json(out, result)
     print(json.dumps(result, indent=2))
     print(f"written: {out}")
     return 0

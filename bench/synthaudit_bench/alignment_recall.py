@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from synthaudit.io import write_json
 
 
 def orderings_report(aligned: np.ndarray, orders: dict[str, np.ndarray], plain: np.ndarray, n: int,
@@ -140,10 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     result = run([int(x) for x in args.synthetic.split(",")], args.params, n=args.n, threads=args.threads,
                  arrays_out=args.arrays)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
+    write_json(out, result)
     for row in result["synthetic"]:
         print(f"synthetic {row['synthetic']} ({row['kind']}): exact ratio {row['ratio_exact']:.4f}")
         for name, o in row["orderings"].items():

@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import yaml
 
+from synthaudit.io import write_json
+
 
 def simulated_features(n_patients: int, n_test_patients: int, dim: int = 768, rank: int = 24,
                        classes: tuple[float, ...] = (0.45, 0.3, 0.15, 0.1), seed: int = 0):
@@ -122,8 +124,7 @@ def run(n_patients: int, n_test_patients: int, seeds, out: Path) -> dict:
         }
         print(mode, json.dumps({"active_units": [d["active_units"] for d in diag],
                                 "move": [d["decode_distance_from_prototype"] for d in diag]}), flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out, report)
     return report
 
 

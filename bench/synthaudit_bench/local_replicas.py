@@ -37,6 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from synthaudit.io import write_json
+
 
 def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: float, margin_mm: float,
         measures, noise: str = "none", seed: int = 0, smooth_mm: float = 0.0) -> dict:
@@ -221,8 +223,7 @@ def sweep(dataset_dir: Path, out: Path, blocks_mm=(12.0, 18.0, 24.0), smooth_mm=
             for noise in ("rescan", "none") for block in blocks_mm
             for smooth in (smooth_mm if noise == "rescan" else (0.0,))]
     report = {"runs": runs, "cost_ncct_1mm": [cost(*_random_ncct(), block_mm=b) for b in blocks_mm]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out, report)
     return report
 
 

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import sys
 from pathlib import Path
+
+from synthaudit.io import write_json
 
 
 def job_seconds(run: Path) -> dict[str, float]:
@@ -61,8 +62,7 @@ def main(argv=None) -> int:
     if args.wall:
         result["wall"] = {"portable_s": args.wall[0], "native_s": args.wall[1],
                           "ratio": round(args.wall[0] / args.wall[1], 2)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     from .reproducibility_tables import cost_table
 
     print(cost_table(result))

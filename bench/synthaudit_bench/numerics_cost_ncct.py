@@ -21,6 +21,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from synthaudit.io import write_json
+
 MODES = ("portable", "native")
 
 
@@ -65,8 +67,7 @@ def main(argv=None) -> int:
               "repeats": args.repeats, "measures": measures,
               "definitions": {"ms_per_pair": "the engine's wall time per synthetic-training pair, the fastest of "
                                              "the repeats; ratio: portable / native"}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     print(json.dumps(measures, indent=1))
     return 0
 

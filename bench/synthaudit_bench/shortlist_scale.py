@@ -23,7 +23,6 @@ what it costs in exactness:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import resource
 import time
@@ -34,7 +33,6 @@ import numpy as np
 from synthaudit.io import write_json
 from synthaudit.relict import calibration, search
 from synthaudit.relict.image_measures import all_pairs_image_measures, shortlisted_image_measures
-from synthaudit.relict.ratio import distance_ratio
 from synthaudit import registry
 
 from .cohort import CohortSpec, ensure
