@@ -33,7 +33,7 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -71,11 +71,8 @@ class CohortSpec:
 
     @classmethod
     def of(cls, use_case, seed: int) -> CohortSpec:
-        """The cohort of a :class:`~synthaudit_bench.params.UseCase` at a scale's seed."""
-        return cls(kind=use_case.kind, n_synthetic=use_case.n_synthetic, n_training=use_case.n_training,
-                   n_replicas=use_case.n_replicas, shape=tuple(use_case.shape),
-                   spacing_mm=tuple(use_case.spacing_mm), n_classes=use_case.n_classes,
-                   embedding_dim=use_case.embedding_dim, seed=seed)
+        """The cohort of a :class:`~synthaudit_bench.params.UseCase` (its fields of the same names) at a seed."""
+        return cls(**{f.name: getattr(use_case, f.name) for f in fields(cls) if f.name != "seed"}, seed=seed)
 
     def key(self) -> str:
         blob = json.dumps({"version": GENERATOR_VERSION, **asdict(self)}, sort_keys=True)

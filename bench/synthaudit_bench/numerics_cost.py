@@ -16,7 +16,6 @@ writes the ratio per rule and in total.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from pathlib import Path
 
@@ -24,14 +23,14 @@ from synthaudit.io import write_json
 
 
 def job_seconds(run: Path) -> dict[str, float]:
-    """Wall seconds per rule: the sum over its jobs' benchmark files (``benchmarks/<rule>/...``)."""
+    """Wall seconds per rule: the sum over its jobs' benchmark files (``benchmarks/<rule>/...``, read as the
+    verdict reads them: ``synthaudit.review.tables.read_benchmark``)."""
+    from synthaudit.review.tables import read_benchmark
+
     out: dict[str, float] = {}
     for tsv in sorted((run / "benchmarks").rglob("*.tsv")):
         rule = tsv.relative_to(run / "benchmarks").parts[0]
-        with tsv.open() as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-        if rows:
-            out[rule] = out.get(rule, 0.0) + float(rows[-1]["s"])
+        out[rule] = out.get(rule, 0.0) + read_benchmark(tsv)["s"]
     return out
 
 
