@@ -58,7 +58,7 @@ def run(synthetic: Sequence[int], params_file: str = "params.yaml", n: int = 50,
     import yaml
 
     from synthaudit.relict import alignment as al
-    from synthaudit_bench.alignment_scale import augmented_set, find_cohort
+    from synthaudit_bench.alignment import augmented_set, find_cohort
     from synthaudit_bench.cohort import Cohort
 
     c = Cohort(find_cohort())
