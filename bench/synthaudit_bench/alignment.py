@@ -389,14 +389,10 @@ def ssim_target_s(bench_file: Path, fallback: float = 1200.0) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthaudit_bench.alignment", description=__doc__.split("\n")[0])
-    parser.add_argument("--params", default="params.yaml", help="relict.alignment comes from here")
     parser.add_argument("--out", default="results/bench/alignment_ncct.json")
     parser.add_argument("--scale", choices=["ncct"], default="ncct",
                         help="the aligned ratio at RELICT's scale (the one scale there is)")
-    parser.add_argument("--n", type=int, default=50, help="the ratio's n closest (default: %(default)s)")
     parser.add_argument("--candidates", type=int, default=None, help="K (default: params.yaml's)")
-    parser.add_argument("--per-kind", type=int, default=3,
-                        help="augmented replicas per kind (default: %(default)s)")
     parser.add_argument("--exact-subset", type=int, default=5,
                         help="synthetic volumes with all n nearest aligned, the exact reference "
                              "(default: %(default)s)")
@@ -405,17 +401,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reference-pairs", type=int, default=10,
                         help="candidate pairs also aligned by the full-resolution reference "
                              "(default: %(default)s)")
-    parser.add_argument("--preselect-downsample", type=int, default=None,
-                        help="block-mean factor of the pre-selection (default: 4 mm blocks)")
     parser.add_argument("--keep", type=int, default=None,
                         help="rank the K candidates on the coarse block means and align only the best KEEP at "
-                             "full resolution (default: params.yaml's relict.alignment.candidates when --candidates "
-                             "exceeds it, else all K)")
+                             "full resolution (default: all K)")
     parser.add_argument("--exhaustive", default=None,
                         help="the recall bench's arrays (.npz, every training volume aligned): recall and "
                              "ratio error of the run against them")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--device", default="cpu")
     parser.add_argument("--target-s", type=float, default=None,
                         help="wall-time target (default: twice the in-full SSIM wall time in "
                              "results/bench/ncct.json, else 1200 s, twice SSIM's 10-minute target)")
@@ -423,12 +414,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.target_s is None:
         args.target_s = ssim_target_s(Path(args.out).parent / "ncct.json")
     kw = {} if args.candidates is None else {"k": args.candidates}
-    kw["keep"], kw["exhaustive"] = args.keep, args.exhaustive
-    if args.preselect_downsample is not None:
-        kw["preselect_factor"] = args.preselect_downsample
-    result = run_ncct(args.params, n=args.n, n_per_kind=args.per_kind, exact_subset=args.exact_subset,
-                      reference_pairs=args.reference_pairs, reference_k=args.reference_k,
-                      threads=args.threads, device=args.device, target_s=args.target_s, **kw)
+    result = run_ncct(exact_subset=args.exact_subset, reference_pairs=args.reference_pairs,
+                      reference_k=args.reference_k, keep=args.keep, exhaustive=args.exhaustive,
+                      target_s=args.target_s, **kw)
     out = Path(args.out)
     write_json(out, result)
     print(json.dumps(result, indent=2))

@@ -130,13 +130,10 @@ def run(n_patients: int, n_test_patients: int, seeds, out: Path) -> dict:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--patients", type=int, default=500, help="training patients (two vectors each)")
-    ap.add_argument("--test-patients", type=int, default=150)
-    ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--out", type=Path, default=Path("results/bench/cvae_reconstruction.json"))
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    run(a.patients, a.test_patients, [int(s) for s in a.seeds.split(",")], a.out)
+    run(500, 150, [0, 1, 2], a.out)  # patients (two vectors each), test patients, seeds
 
 
 if __name__ == "__main__":

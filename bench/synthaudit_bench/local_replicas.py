@@ -230,12 +230,9 @@ def sweep(dataset_dir: Path, out: Path, blocks_mm=(12.0, 18.0, 24.0), smooth_mm=
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", type=Path, default=Path("results/preprocessed/ncct_demo"))
-    ap.add_argument("--n-closest", type=int, default=10)
-    ap.add_argument("--rate", type=float, default=0.05)
-    ap.add_argument("--margin-mm", type=float, default=3.0)
     ap.add_argument("--out", type=Path, default=Path("results/bench/local_replicas.json"))
     a = ap.parse_args(argv)
-    sweep(a.dataset, a.out, n_closest=a.n_closest, rate=a.rate, margin_mm=a.margin_mm)
+    sweep(a.dataset, a.out)
 
 
 if __name__ == "__main__":
