@@ -133,14 +133,12 @@ report: $(STAMP)
 # bench at RELICT's sizes (NCCT 50 x 774, TOF 50 x 1,782), bench-quick in a few minutes.
 bench: $(STAMP)
 	$(BENCH) synthaudit_bench --scale ncct tof
-	$(BENCH) synthaudit_bench.alignment --spacing 1 --out results/bench/alignment_1mm.json
 	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 50 --out results/bench/alignment_ncct.json
 	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 100 --reference-k 150 \
 		--out results/bench/alignment_ncct_k100.json
 	$(BENCH) synthaudit_bench.alignment --scale ncct --candidates 150 --keep 80 --exact-subset 0 \
 		--reference-pairs 0 --exhaustive results/bench/alignment_recall_ncct.npz \
 		--out results/bench/alignment_ncct_ranked.json
-	$(BENCH) synthaudit_bench.embedding --spacing 1 --out results/bench/embedding_1mm.json
 
 # the aligned ratio's candidates against every training volume aligned (six synthetic volumes of the
 # NCCT bench cohort, ~13 min; docs/benchmarks.md): results/bench/alignment_recall_ncct.json, and every
@@ -157,7 +155,7 @@ bench-cvae: $(STAMP)
 # local replicas (issue 33): regions of 20-40 mm pasted into the demo's held-out scans, the local
 # level's sensitivity and false positives by block size and smoothing (docs/local_replicas.md)
 bench-local: $(STAMP)
-	$(BENCH) synthaudit_bench.local_replicas --sweep --out results/bench/local_replicas.json
+	$(BENCH) synthaudit_bench.local_replicas --out results/bench/local_replicas.json
 
 # the image level's fused Triton kernels against the torch path at RELICT's NCCT size, on a CUDA machine
 # (issue 47; docs/benchmarks.md "The image level on a GPU"): results/bench/gpu_image_level.json
@@ -171,8 +169,6 @@ bench-shortlist: $(STAMP)
 
 bench-quick: $(STAMP)
 	$(BENCH) synthaudit_bench --scale quick
-	$(BENCH) synthaudit_bench.alignment --spacing 2 --out results/bench/alignment_2mm.json
-	$(BENCH) synthaudit_bench.embedding --spacing 2 --out results/bench/embedding_2mm.json
 
 # The developer's loop on a fresh clone of HEAD (docs/benchmarks.md): make install, make demo
 # and make test timed, Snakemake's own CPU (py-spy profile), concurrency; results/bench/loop.json.

@@ -136,7 +136,7 @@ def test_bound_ratio_is_never_above_the_exact_one_with_an_exact_numerator():
 
 @pytest.mark.slow
 def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
-    from synthaudit_bench.alignment_scale import run_scale
+    from synthaudit_bench.alignment import run_scale
 
     shape = (32, 36, 30)
     training = np.stack([np.rint(head(s, shape) * 100) for s in range(50, 64)]).astype(np.int16)
@@ -172,7 +172,7 @@ def test_scale_bench_plumbing_on_a_small_cohort(tmp_path):
 def test_scale_bench_at_k_at_least_n_is_checked_against_twice_the_candidates():
     """K >= n (issue 31 part 3): no block-mean estimate stage, and the reference aligns 2K
     candidates, so the output says whether K held the n closest aligned distances."""
-    from synthaudit_bench.alignment_scale import run_scale
+    from synthaudit_bench.alignment import run_scale
 
     shape = (32, 36, 30)
     training = np.stack([np.rint(head(s, shape) * 100) for s in range(50, 62)]).astype(np.int16)

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from synthaudit.io import write_json
 
 
 def orderings_report(aligned: np.ndarray, orders: dict[str, np.ndarray], plain: np.ndarray, n: int,
@@ -57,7 +58,7 @@ def run(synthetic: Sequence[int], params_file: str = "params.yaml", n: int = 50,
     import yaml
 
     from synthaudit.relict import alignment as al
-    from synthaudit_bench.alignment_scale import augmented_set, find_cohort
+    from synthaudit_bench.alignment import augmented_set, find_cohort
     from synthaudit_bench.cohort import Cohort
 
     c = Cohort(find_cohort())
@@ -130,25 +131,18 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--synthetic", default="12,2,0,3", help="comma-separated synthetic indices (default: %(default)s: "
                         "a volume that copies nobody, a shifted, a mirrored and a rotated copy)")
-    parser.add_argument("--n", type=int, default=50)
-    parser.add_argument("--params", default="params.yaml")
-    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default="results/bench/alignment_recall_ncct.json")
     parser.add_argument("--arrays", default=None,
                         help="also write every pair's distances (aligned, plain, 2 mm, 4 mm) to this .npz")
     args = parser.parse_args(argv)
-    result = run([int(x) for x in args.synthetic.split(",")], args.params, n=args.n, threads=args.threads,
-                 arrays_out=args.arrays)
+    result = run([int(x) for x in args.synthetic.split(",")], arrays_out=args.arrays)
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
-    tmp.replace(out)
+    write_json(out, result)
     for row in result["synthetic"]:
         print(f"synthetic {row['synthetic']} ({row['kind']}): exact ratio {row['ratio_exact']:.4f}")
         for name, o in row["orderings"].items():
             cells = ", ".join(f"K={r['k']}: recall {r['recall']:.2f}, ratio {r['ratio']:.4f}" for r in o["at_k"])
-            print(f"  {name}: all {args.n} held from K = {o['k_for_recall_1']}; {cells}")
+            print(f"  {name}: all {result['n_closest']} held from K = {o['k_for_recall_1']}; {cells}")
     print(f"written: {out}")
     return 0
 

@@ -33,13 +33,15 @@ import json
 import math
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 from numpy.lib.format import open_memmap
 
 from synthaudit.io import atomic_directory, write_json
+from synthaudit.logs import Progress
 
 # Bump when the generator changes what it draws: old caches then stop matching.
 GENERATOR_VERSION = 2  # 2: every NCCT volume its own anatomy
@@ -69,11 +71,8 @@ class CohortSpec:
 
     @classmethod
     def of(cls, use_case, seed: int) -> CohortSpec:
-        """The cohort of a :class:`~synthaudit_bench.params.UseCase` at a scale's seed."""
-        return cls(kind=use_case.kind, n_synthetic=use_case.n_synthetic, n_training=use_case.n_training,
-                   n_replicas=use_case.n_replicas, shape=tuple(use_case.shape),
-                   spacing_mm=tuple(use_case.spacing_mm), n_classes=use_case.n_classes,
-                   embedding_dim=use_case.embedding_dim, seed=seed)
+        """The cohort of a :class:`~synthaudit_bench.params.UseCase` (its fields of the same names) at a seed."""
+        return cls(**{f.name: getattr(use_case, f.name) for f in fields(cls) if f.name != "seed"}, seed=seed)
 
     def key(self) -> str:
         blob = json.dumps({"version": GENERATOR_VERSION, **asdict(self)}, sort_keys=True)
@@ -197,7 +196,7 @@ def generate(spec: CohortSpec, out: str | Path, log: Callable[[str], None] = pri
         "synthetic_labels": open_memmap(out / "synthetic_labels.npy", "w+", np.uint8, (S, *shape)),
         "synthetic_embeddings": open_memmap(out / "synthetic_embeddings.npy", "w+", np.float32, (S, D)),
     }
-    progress = _Progress(log, f"cohort {name}", S + T)
+    progress = progress_log(log, f"cohort {name}: volumes", S + T, every_s=10.0)
     empty = {"training": 0, "synthetic": 0}
     bases = [embeddings.base(b) for b in range(N_BASES)]
     for i in range(T):
@@ -207,7 +206,7 @@ def generate(spec: CohortSpec, out: str | Path, log: Callable[[str], None] = pri
         arrays["training_images"][i], arrays["training_labels"][i] = image, labels
         arrays["training_embeddings"][i] = embeddings.volume(_rng(spec, "embedding", i), bases[base])
         empty["training"] += not labels.any()
-        progress.step()
+        progress(i + 1)
     for j in range(S):
         rng = _rng(spec, "synthetic", j)
         source = replica_of[j]
@@ -222,7 +221,7 @@ def generate(spec: CohortSpec, out: str | Path, log: Callable[[str], None] = pri
         arrays["synthetic_images"][j], arrays["synthetic_labels"][j] = image, labels
         arrays["synthetic_embeddings"][j] = embedding
         empty["synthetic"] += not labels.any()
-        progress.step()
+        progress(T + j + 1)
     for array in arrays.values():
         array.flush()
     del arrays
@@ -250,21 +249,10 @@ def _replica_sources(spec: CohortSpec) -> list[int]:
     return replica_of
 
 
-class _Progress:
-    """Prints volumes done, rate and time left, at most every 10 s (and at the end)."""
-
-    def __init__(self, log: Callable[[str], None], what: str, total: int):
-        self.log, self.what, self.total = log, what, total
-        self.done, self.start, self.last = 0, time.perf_counter(), time.perf_counter()
-
-    def step(self) -> None:
-        self.done += 1
-        now = time.perf_counter()
-        if now - self.last >= 10 or self.done == self.total:
-            rate = (now - self.start) / self.done
-            self.log(f"{self.what}: {self.done}/{self.total} volumes ({rate:.2f} s/volume, "
-                     f"{rate * (self.total - self.done):.0f} s left)")
-            self.last = now
+def progress_log(log: Callable[[str], None], label: str, total: int, every_s: float) -> Progress:
+    """The library's progress line (done/total, time left) through a bench's ``log`` function instead
+    of a logger: ``print`` on the terminal, a list's ``append`` in the tests."""
+    return Progress(SimpleNamespace(info=lambda fmt, *args: log(fmt % args)), label, total, every_s)
 
 
 # --------------------------------------------------------------------------- fields

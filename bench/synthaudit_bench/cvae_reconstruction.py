@@ -36,6 +36,8 @@ import numpy as np
 import torch
 import yaml
 
+from synthaudit.io import write_json
+
 
 def simulated_features(n_patients: int, n_test_patients: int, dim: int = 768, rank: int = 24,
                        classes: tuple[float, ...] = (0.45, 0.3, 0.15, 0.1), seed: int = 0):
@@ -122,20 +124,16 @@ def run(n_patients: int, n_test_patients: int, seeds, out: Path) -> dict:
         }
         print(mode, json.dumps({"active_units": [d["active_units"] for d in diag],
                                 "move": [d["decode_distance_from_prototype"] for d in diag]}), flush=True)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    write_json(out, report)
     return report
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--patients", type=int, default=500, help="training patients (two vectors each)")
-    ap.add_argument("--test-patients", type=int, default=150)
-    ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--out", type=Path, default=Path("results/bench/cvae_reconstruction.json"))
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    run(a.patients, a.test_patients, [int(s) for s in a.seeds.split(",")], a.out)
+    run(500, 150, [0, 1, 2], a.out)  # patients (two vectors each), test patients, seeds
 
 
 if __name__ == "__main__":

@@ -97,7 +97,3 @@ def ssim_floor(shape: tuple[int, int, int], threads: int, measured_s_per_pair: f
         out["times_floor"] = round(measured_s_per_pair / out["floor_s_per_pair"], 2)
         out["achieved_gflops"] = round(cost["flops"] / measured_s_per_pair / 1e9, 1)
     return out
-
-
-if __name__ == "__main__":  # pragma: no cover - manual: python -m synthaudit_bench.floor
-    print(ssim_floor((182, 218, 182), threads=2))

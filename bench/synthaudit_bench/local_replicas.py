@@ -4,7 +4,7 @@ positives on new patients, and what the whole-volume ratio says (issue 33, parts
 Spiked volumes: a training scan's lesion region (a cube of 20, 30 or 40 mm centred on its
 haemorrhage label, or on the head's centre where it has none), blended over a margin of
 ``margin_mm`` with a linear ramp, pasted into a held-out patient's baseline scan. With
-``--noise rescan`` (the default) the pasted region gets fresh noise at the level of the
+``noise="rescan"`` the pasted region gets fresh noise at the level of the
 held-out patients' rescans: a generator reproduces anatomy, not the training scan's noise,
 and an exact voxel copy would make the test easy. Every
 volume is on the workflow's registered grid (``results/preprocessed/<dataset>/images``), so
@@ -19,9 +19,10 @@ held-out scans' own local scores (leave-patient-out, ``relict.calibration``); a 
 volume is judged without its recipient patient's scans. Whole volume: RMSE's ratio calibrated
 the same way, for the same volumes.
 
-Cost: the block pass against the plain MAE/RMSE pass of ``all_pairs_image_measures``, at
-the demo's grid and at NCCT scale (1 mm, 182 x 218 x 182; 2 synthetic x 8 training random
-volumes).
+The sweep (:func:`sweep`, docs/local_replicas.md's table): every block size x smoothing with
+rescan noise on the pasted region, and exact copies at each block size; and per block size the
+block pass's cost against the plain MAE/RMSE pass of ``all_pairs_image_measures`` at NCCT scale
+(1 mm, 182 x 218 x 182; 2 synthetic x 8 training random volumes).
 
     PYTHONPATH=bench python -m synthaudit_bench.local_replicas --out results/bench/local_replicas.json
 """
@@ -36,24 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-
-def paste_weights(shape, centre_vox, side_vox, margin_vox) -> np.ndarray:
-    """The workflow's blend (``synthaudit.relict.local.paste_weights``)."""
-    from synthaudit.relict import local
-
-    return local.paste_weights(shape, centre_vox, side_vox, margin_vox)
-
-
-def rescan_noise(h_vol: np.ndarray, held: list[dict]) -> float:
-    """The workflow's rescan noise estimate (``local.rescan_noise_sd``); 0 without repeat scans."""
-    from synthaudit.relict import local
-
-    return local.rescan_noise_sd(h_vol, [r["patient_id"] for r in held]) or 0.0
+from synthaudit.io import write_json
 
 
 def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: float, margin_mm: float,
-        measures, out: Path, cost_scale: bool = True, noise: str = "none", seed: int = 0,
-        smooth_mm: float = 0.0) -> dict:
+        measures, noise: str = "none", seed: int = 0, smooth_mm: float = 0.0) -> dict:
+    """One (block size, smoothing, region noise) of the sweep: its report."""
     from synthaudit.io import load_volume
     from synthaudit.relict import calibration, local
     from synthaudit.relict.ratio import distance_ratio
@@ -75,7 +64,7 @@ def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: floa
     data_range = float(t_vol.max() - t_vol.min())
     ceiling = float(t_vol.max())  # the intensity window's top: clipped voxels carry no patient detail
 
-    noise_sd = {"none": 0.0, "rescan": rescan_noise(h_vol, held)}[noise]
+    noise_sd = {"none": 0.0, "rescan": local.rescan_noise_sd(h_vol, held_patients) or 0.0}[noise]
     # spiked local replicas: one per (recipient patient, size); donors cycle over the training scans
     recipients = [r for r in held if r["session"] == "baseline"]
     spiked, meta = [], []
@@ -88,7 +77,7 @@ def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: floa
             fg = np.argwhere(lab > 0)
             centre = fg.mean(0) if len(fg) else (np.array(shape) - 1) / 2.0
             side = np.asarray(size) / spacing
-            w = paste_weights(shape, centre, side, np.full(3, margin_mm) / spacing)
+            w = local.paste_weights(shape, centre, side, np.full(3, margin_mm) / spacing)
             recipient = h_vol[held.index(rec)]
             region = t_vol[donor_i]
             if noise_sd > 0:  # a generator reproduces the anatomy, not the scan's noise
@@ -191,11 +180,6 @@ def run(dataset_dir: Path, sizes_mm, block_mm: float, n_closest: int, rate: floa
         print(measure, json.dumps(by_size), "FPR", report["measures"][measure]["false_positive_rate_heldout"],
               flush=True)
     report["whole_volume_rmse_false_positive_rate_heldout"] = float(whole_check.mean())
-    if cost_scale:
-        report["cost"] = cost(t_vol[:2], t_vol[:10], grid, keep)
-        report["cost_ncct_1mm"] = cost(*_random_ncct(), None, None, block_mm=block_mm)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
     return report
 
 
@@ -204,16 +188,15 @@ def _random_ncct(shape=(182, 218, 182)):
     return (rng.normal(size=(2, *shape)).astype(np.float32), rng.normal(size=(8, *shape)).astype(np.float32))
 
 
-def cost(syn, train, grid, keep, block_mm: float = 24.0, repeats: int = 3) -> dict:
+def cost(syn, train, block_mm: float, repeats: int = 3) -> dict:
     """Seconds of the per-cell sums (block MAE and MSE at once, ``local.cell_error_sums``) against
-    the plain MAE + RMSE pass (``all_pairs_image_measures``), same pairs, 2 threads; best of
-    ``repeats``."""
+    the plain MAE + RMSE pass (``all_pairs_image_measures``), same pairs (1 mm volumes), 2 threads;
+    best of ``repeats``."""
     from synthaudit.relict import local
     from synthaudit.relict.image_measures import all_pairs_image_measures
     from synthaudit.relict.kernels import kernel_threads
 
-    if grid is None:
-        grid = local.BlockGrid.from_mm(syn.shape[1:], (1.0, 1.0, 1.0), block_mm)
+    grid = local.BlockGrid.from_mm(syn.shape[1:], (1.0, 1.0, 1.0), block_mm)
     plain, blocks = [], []
     with kernel_threads(2):
         local.cell_error_sums(syn[:1], train[:1], grid.cell)  # compiled before timing
@@ -235,43 +218,21 @@ def sweep(dataset_dir: Path, out: Path, blocks_mm=(12.0, 18.0, 24.0), smooth_mm=
           sizes_mm=(20.0, 30.0, 40.0), n_closest: int = 10, rate: float = 0.05, margin_mm: float = 3.0) -> dict:
     """Every (block size, smoothing) with rescan noise on the pasted region, and exact copies at
     each block size: the table of docs/local_replicas.md, one JSON."""
-    runs = []
-    tmp = out.with_suffix(".run.json")
-    for noise in ("rescan", "none"):
-        for block in blocks_mm:
-            for smooth in (smooth_mm if noise == "rescan" else (0.0,)):
-                r = run(dataset_dir, sizes_mm, block, n_closest, rate, margin_mm, ["mse", "mae"], tmp,
-                        cost_scale=False, noise=noise, smooth_mm=smooth)
-                runs.append(r)
-    tmp.unlink(missing_ok=True)
-    report = {"runs": runs, "cost_ncct_1mm": [cost(*_random_ncct(), None, None, block_mm=b) for b in blocks_mm]}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
+    runs = [run(dataset_dir, sizes_mm, block, n_closest, rate, margin_mm, ["mse", "mae"], noise=noise,
+                smooth_mm=smooth)
+            for noise in ("rescan", "none") for block in blocks_mm
+            for smooth in (smooth_mm if noise == "rescan" else (0.0,))]
+    report = {"runs": runs, "cost_ncct_1mm": [cost(*_random_ncct(), block_mm=b) for b in blocks_mm]}
+    write_json(out, report)
     return report
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--dataset", type=Path, default=Path("results/preprocessed/ncct_demo"))
-    ap.add_argument("--sizes-mm", default="20,30,40")
-    ap.add_argument("--block-mm", type=float, default=24.0)
-    ap.add_argument("--n-closest", type=int, default=10)
-    ap.add_argument("--rate", type=float, default=0.05)
-    ap.add_argument("--margin-mm", type=float, default=3.0)
-    ap.add_argument("--measures", default="mse,mae")
-    ap.add_argument("--noise", choices=["none", "rescan"], default="rescan",
-                    help="rescan: fresh noise of the held-out patients' rescan level added to the pasted region")
-    ap.add_argument("--smooth-mm", type=float, default=0.0, help="Gaussian sigma (mm) before the block distances")
-    ap.add_argument("--no-cost", action="store_true")
-    ap.add_argument("--sweep", action="store_true", help="every block size x smoothing (docs/local_replicas.md)")
     ap.add_argument("--out", type=Path, default=Path("results/bench/local_replicas.json"))
     a = ap.parse_args(argv)
-    if a.sweep:
-        sweep(a.dataset, a.out, n_closest=a.n_closest, rate=a.rate, margin_mm=a.margin_mm)
-        return
-    run(a.dataset, [float(s) for s in a.sizes_mm.split(",")], a.block_mm, a.n_closest, a.rate, a.margin_mm,
-        a.measures.split(","), a.out, cost_scale=not a.no_cost, noise=a.noise,
-        smooth_mm=a.smooth_mm)
+    sweep(a.dataset, a.out)
 
 
 if __name__ == "__main__":

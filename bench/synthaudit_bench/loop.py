@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from synthaudit.io import write_json
-from .report import cpu_model
+from synthaudit.numerics import cpu_model
 
 TARGETS = {
     "demo_wall_s": 600.0,          # fresh clone: make install + make demo, at most 10 minutes
@@ -50,6 +50,7 @@ TARGETS = {
     "master_cpu_share": 0.05,      # Snakemake's own process: below 5 % of one core over the demo
 }
 POLL_S = 0.5                       # sampling period of the process monitor
+WORKDIR = "/tmp/synthaudit-loop"   # where the fresh clone of this checkout's HEAD goes (replaced)
 
 
 @dataclass
@@ -319,12 +320,7 @@ def page_table(report: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m synthaudit_bench.loop", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repo", default=".", help="repository to clone (its committed HEAD)")
-    parser.add_argument("--workdir", default="/tmp/synthaudit-loop", help="where the fresh clone goes (replaced)")
     parser.add_argument("--out", default="results/bench/loop.json", help="the figures (default: %(default)s)")
-    parser.add_argument("--python", default="python3", help="interpreter that creates the environment")
-    parser.add_argument("--skip-demo", action="store_true")
-    parser.add_argument("--skip-test", action="store_true")
     parser.add_argument("--profile-master", action="store_true",
                         help="py-spy the Snakemake master during the demo (raw stacks beside --out)")
     parser.add_argument("--add-before", metavar="LOG",
@@ -337,14 +333,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.add_before:
         return add_before(Path(args.add_before), Path(args.out))
     if args.doc:
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-        import doc_table
+        import doc_table  # bench/doc_table.py, beside this package
 
         return doc_table.doc(PAGE, "results/bench/loop.json", MARKERS, page_table, args.write, MARKERS[0][17:-4])
 
-    repo, out = Path(args.repo).resolve(), Path(args.out).resolve()
+    repo, out = Path(".").resolve(), Path(args.out).resolve()
     out.parent.mkdir(parents=True, exist_ok=True)  # the logs go beside the figures from the start
-    work = Path(args.workdir).resolve()
+    work = Path(WORKDIR)
     clone = work / repo.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
@@ -366,46 +361,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
 
     say(f"fresh clone of {commit[:10]} in {clone}; make install")
-    install_s, rc = _timed(["make", "install", f"PYTHON={args.python}"], clone, out.with_name("loop_install.log"))
+    install_s, rc = _timed(["make", "install"], clone, out.with_name("loop_install.log"))
     figures["install_s"] = round(install_s, 1)
     if rc:
         figures["install_error"] = f"make install exited {rc}"
         write_json(out, report)
         return 1
-    failed = False
-    if not args.skip_demo:
-        say(f"make install {install_s:.0f} s; make demo")
-        spy_file = out.with_name("loop_master_pyspy.txt") if args.profile_master else None
-        monitor = Monitor(0, spy_file)
-        demo_s, rc = _timed(["make", "demo"], clone, out.with_name("loop_demo.log"), monitor)
-        logs = sorted((clone / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.stat().st_size)
-        jobs = parse_snakemake_log(logs[-1]) if logs else []
-        master_cpu = max(monitor.masters.values(), default=0.0)
-        figures.update({
-            "demo_s": round(demo_s, 1), "demo_exit": rc, "demo_with_install_s": round(demo_s + install_s, 1),
-            "jobs": len(jobs), "job_seconds": round(sum(j.seconds for j in jobs)),
-            "master_cpu_s": round(master_cpu, 1), "master_cpu_share": round(master_cpu / demo_s, 4),
-            **timeline(jobs),
-            "runnable_job_threads": _quantiles(monitor.runnable, cores),
-            "rules": rule_table(jobs)})
-        if spy_file is not None and spy_file.exists():
-            figures["master_profile"] = summarise_profile(spy_file)
-        met["demo_wall_s"] = rc == 0 and figures["demo_with_install_s"] <= TARGETS["demo_wall_s"]
-        met["master_cpu_share"] = figures["master_cpu_share"] < TARGETS["master_cpu_share"]
-        met["max_threads"] = figures["max_declared_threads"] <= cores
-        failed |= rc != 0
-        say(f"make demo {demo_s:.0f} s (exit {rc}); master {master_cpu:.0f} CPU-s")
-        write_json(out, report)
-    if not args.skip_test:
-        say("make test")
-        test_s, rc = _timed(["make", "test"], clone, out.with_name("loop_test.log"))
-        summary = [line.strip("= ") for line in out.with_name("loop_test.log").read_text().splitlines()
-                   if re.search(r"\d+ (passed|failed)", line)]
-        figures.update({"test_s": round(test_s, 1), "test_exit": rc, "test_with_install_s": round(test_s + install_s, 1),
-                        "test_summary": summary[-1] if summary else ""})
-        met["test_wall_s"] = rc == 0 and figures["test_with_install_s"] <= TARGETS["test_wall_s"]
-        failed |= rc != 0
-        say(f"make test {test_s:.0f} s (exit {rc}): {figures['test_summary']}")
+    say(f"make install {install_s:.0f} s; make demo")
+    spy_file = out.with_name("loop_master_pyspy.txt") if args.profile_master else None
+    monitor = Monitor(0, spy_file)
+    demo_s, rc = _timed(["make", "demo"], clone, out.with_name("loop_demo.log"), monitor)
+    logs = sorted((clone / ".snakemake" / "log").glob("*.snakemake.log"), key=lambda p: p.stat().st_size)
+    jobs = parse_snakemake_log(logs[-1]) if logs else []
+    master_cpu = max(monitor.masters.values(), default=0.0)
+    figures.update({
+        "demo_s": round(demo_s, 1), "demo_exit": rc, "demo_with_install_s": round(demo_s + install_s, 1),
+        "jobs": len(jobs), "job_seconds": round(sum(j.seconds for j in jobs)),
+        "master_cpu_s": round(master_cpu, 1), "master_cpu_share": round(master_cpu / demo_s, 4),
+        **timeline(jobs),
+        "runnable_job_threads": _quantiles(monitor.runnable, cores),
+        "rules": rule_table(jobs)})
+    if spy_file is not None and spy_file.exists():
+        figures["master_profile"] = summarise_profile(spy_file)
+    met["demo_wall_s"] = rc == 0 and figures["demo_with_install_s"] <= TARGETS["demo_wall_s"]
+    met["master_cpu_share"] = figures["master_cpu_share"] < TARGETS["master_cpu_share"]
+    met["max_threads"] = figures["max_declared_threads"] <= cores
+    failed = rc != 0
+    say(f"make demo {demo_s:.0f} s (exit {rc}); master {master_cpu:.0f} CPU-s")
+    write_json(out, report)
+    say("make test")
+    test_s, rc = _timed(["make", "test"], clone, out.with_name("loop_test.log"))
+    summary = [line.strip("= ") for line in out.with_name("loop_test.log").read_text().splitlines()
+               if re.search(r"\d+ (passed|failed)", line)]
+    figures.update({"test_s": round(test_s, 1), "test_exit": rc, "test_with_install_s": round(test_s + install_s, 1),
+                    "test_summary": summary[-1] if summary else ""})
+    met["test_wall_s"] = rc == 0 and figures["test_with_install_s"] <= TARGETS["test_wall_s"]
+    failed |= rc != 0
+    say(f"make test {test_s:.0f} s (exit {rc}): {figures['test_summary']}")
     report["machine"]["load_average_after"] = os.getloadavg()
     report["machine"]["rates_after"] = machine_speed(cores)
     write_json(out, report)

@@ -16,21 +16,21 @@ writes the ratio per rule and in total.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
 import sys
 from pathlib import Path
 
+from synthaudit.io import write_json
+
 
 def job_seconds(run: Path) -> dict[str, float]:
-    """Wall seconds per rule: the sum over its jobs' benchmark files (``benchmarks/<rule>/...``)."""
+    """Wall seconds per rule: the sum over its jobs' benchmark files (``benchmarks/<rule>/...``, read as the
+    verdict reads them: ``synthaudit.review.tables.read_benchmark``)."""
+    from synthaudit.review.tables import read_benchmark
+
     out: dict[str, float] = {}
     for tsv in sorted((run / "benchmarks").rglob("*.tsv")):
         rule = tsv.relative_to(run / "benchmarks").parts[0]
-        with tsv.open() as f:
-            rows = list(csv.DictReader(f, delimiter="\t"))
-        if rows:
-            out[rule] = out.get(rule, 0.0) + float(rows[-1]["s"])
+        out[rule] = out.get(rule, 0.0) + read_benchmark(tsv)["s"]
     return out
 
 
@@ -61,8 +61,7 @@ def main(argv=None) -> int:
     if args.wall:
         result["wall"] = {"portable_s": args.wall[0], "native_s": args.wall[1],
                           "ratio": round(args.wall[0] / args.wall[1], 2)}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     from .reproducibility_tables import cost_table
 
     print(cost_table(result))

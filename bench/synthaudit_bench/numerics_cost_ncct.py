@@ -21,7 +21,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from synthaudit.io import write_json
+
 MODES = ("portable", "native")
+SCALE, MEASURES, REPEATS = "ncct_cost", "mae,rmse,ssim", 2  # bench/params.yaml's scale; runs per mode, alternating
+WORK = Path("results/bench/numerics_cost_ncct")  # the bench's folder (its cohort cache is shared by the runs)
 
 
 def run_bench(mode: str, scale: str, measures: str, work: Path) -> dict:
@@ -37,18 +41,13 @@ def run_bench(mode: str, scale: str, measures: str, work: Path) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--scale", default="ncct_cost")
-    ap.add_argument("--measures", default="mae,rmse,ssim")
-    ap.add_argument("--repeats", type=int, default=2, help="runs per mode, alternating (default %(default)s)")
-    ap.add_argument("--work", type=Path, default=Path("results/bench/numerics_cost_ncct"),
-                    help="the bench's folder (its cohort cache is shared by the runs)")
     ap.add_argument("--out", type=Path, default=Path("results/bench/numerics_cost_ncct.json"))
     args = ap.parse_args(argv)
     seconds: dict[str, dict[str, list[float]]] = {m: {} for m in MODES}
     report = None
-    for repeat in range(args.repeats):
+    for repeat in range(REPEATS):
         for mode in MODES:
-            report = run_bench(mode, args.scale, args.measures, args.work)
+            report = run_bench(mode, SCALE, MEASURES, WORK)
             for use_case in report["use_cases"].values():
                 for measure, entry in use_case["measures"].items():
                     seconds[mode].setdefault(measure, []).append(entry["engine"]["s_per_pair"])
@@ -60,13 +59,12 @@ def main(argv=None) -> int:
                     "runs_ms_per_pair": {mode: [round(s * 1e3, 3) for s in seconds[mode][m]] for mode in MODES}}
                 for m in seconds["portable"]}
     use_case = next(iter(report["use_cases"].values()))["cohort"] if report else {}
-    result = {"scale": args.scale, "cohort": use_case, "machine": report["machine"] if report else None,
+    result = {"scale": SCALE, "cohort": use_case, "machine": report["machine"] if report else None,
               "threads": report["params"]["threads"] if report else None,
-              "repeats": args.repeats, "measures": measures,
+              "repeats": REPEATS, "measures": measures,
               "definitions": {"ms_per_pair": "the engine's wall time per synthetic-training pair, the fastest of "
                                              "the repeats; ratio: portable / native"}}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(args.out, result)
     print(json.dumps(measures, indent=1))
     return 0
 

@@ -12,19 +12,10 @@ import os
 import platform
 from pathlib import Path
 
+from synthaudit.numerics import cpu_model
+
 # Paths in profiles are shortened after these markers.
 _PATH_MARKERS = ("site-packages/", "workflow/scripts/", "lib/python")
-
-
-def cpu_model() -> str:
-    """The CPU model from /proc/cpuinfo (platform's processor string elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "hardware", "cpu model")):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> dict:

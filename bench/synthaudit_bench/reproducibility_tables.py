@@ -87,13 +87,12 @@ COMMAND = "python -m synthaudit_bench.reproducibility_tables --write"
 
 
 def replace(text: str, generated: dict[str, str]) -> str:
-    """``text`` with each marked block rewritten; a missing marker is an error."""
+    """``text`` with each marked block rewritten (bench/doc_table.py's splice); a missing marker is an error."""
+    import doc_table  # bench/doc_table.py, beside this package
+
     for name, body in generated.items():
-        pattern = re.compile(rf"<!-- {re.escape(name)}:.*?-->\n.*?<!-- /{re.escape(name)} -->", re.S)
-        if not pattern.search(text):
-            raise ValueError(f"{TARGET.as_posix()} has no block <!-- {name}: ... --> ... <!-- /{name} -->")
         head = f"<!-- {name}: written by `{COMMAND}` from {SOURCES[name].as_posix()} -->"
-        text = pattern.sub(lambda _: f"{head}\n{body}\n<!-- /{name} -->", text)
+        text = doc_table.page_with_table(text, (head, f"<!-- /{name} -->"), body)
     return text
 
 

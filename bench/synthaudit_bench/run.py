@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import datetime
-import inspect
 import json
 import math
 import os
@@ -32,7 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from . import report as figures
-from .cohort import Cohort, CohortSpec, Reader, cohort_path, ensure
+from synthaudit.numerics import cpu_model
+
+from .cohort import Cohort, CohortSpec, Reader, cohort_path, ensure, progress_log
 from .floor import ssim_floor
 from .params import LEVELS, Scale, UseCase
 from .reference import METHODS, SINGLE_THREAD_ENV, choose_pairs, compare, run_reference
@@ -101,7 +102,7 @@ def run_engine(cohort: Cohort, measure: str, n_training: int, threads: int, devi
     engine = _prepare(level, device)
     clock = _ReadClock()
     baseline_rss = _peak_rss_mb()
-    progress = _Progress(log, measure, n_training)
+    progress = progress_log(log, f"  {measure}: training volumes", n_training, every_s=30.0)
     cpu_start, start = _cpu_seconds(), time.perf_counter()
     if level == "image":
         synthetic = clock.read(cohort.reader("synthetic_images"), 0, n_synthetic)
@@ -114,17 +115,14 @@ def run_engine(cohort: Cohort, measure: str, n_training: int, threads: int, devi
         synthetic = clock.read(cohort.reader("synthetic_embeddings"), 0, n_synthetic)
         training = clock.read(cohort.reader("training_embeddings"), 0, n_training)
         values = engine(synthetic, training, [measure])[measure]
-        extra = {"device": "cpu", "device_name": figures.cpu_model()}
+        extra = {"device": "cpu", "device_name": cpu_model()}
     else:
-        kwargs = {}
-        if "threads" in inspect.signature(engine).parameters:
-            kwargs["threads"] = threads
         synthetic_maps = clock.read(cohort.reader("synthetic_labels"), 0, n_synthetic)
         values = engine(
             list(synthetic_maps), _Streamed(cohort.reader("training_labels"), n_training, clock),
             labels=cohort.labels, spacing_mm=cohort.spec.spacing_mm, measures=[measure],
-            n_training=n_training, progress=progress, **kwargs)[measure]
-        extra = {"device": "cpu", "device_name": figures.cpu_model(), "threads_passed": "threads" in kwargs}
+            n_training=n_training, progress=progress, threads=threads)[measure]
+        extra = {"device": "cpu", "device_name": cpu_model()}
     wall = time.perf_counter() - start
     cpu = _cpu_seconds() - cpu_start
     if values.shape != (n_synthetic, n_training):
@@ -212,24 +210,6 @@ class _Streamed:
             yield self.clock.read(self.reader, i)
 
 
-class _Progress:
-    """Engine progress callback: a line every 10 % or 30 s, with the time left."""
-
-    def __init__(self, log: Callable[[str], None], measure: str, total: int):
-        self.log, self.measure, self.total = log, measure, total
-        self.start = self.last = time.perf_counter()
-        self.step = max(1, math.ceil(total / 10))
-
-    def __call__(self, done: int, total: int | None) -> None:
-        now = time.perf_counter()
-        if done % self.step and now - self.last < 30 and done != self.total:
-            return
-        self.last = now
-        elapsed = now - self.start
-        self.log(f"  {self.measure}: {done}/{self.total} training volumes, {elapsed:.1f} s "
-                 f"(~{elapsed / done * (self.total - done):.0f} s left)")
-
-
 def _device_info(device: str) -> dict:
     from synthaudit.devices import resolve_device
 
@@ -239,7 +219,7 @@ def _device_info(device: str) -> dict:
 
         return {"device": "cuda", "device_name": torch.cuda.get_device_name(dev),
                 "gpu_peak_mb": torch.cuda.max_memory_allocated(dev) / 2**20}
-    return {"device": "cpu", "device_name": figures.cpu_model()}
+    return {"device": "cpu", "device_name": cpu_model()}
 
 
 def _peak_rss_mb() -> float:

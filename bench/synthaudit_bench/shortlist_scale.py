@@ -23,7 +23,6 @@ what it costs in exactness:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import resource
 import time
@@ -34,13 +33,15 @@ import numpy as np
 from synthaudit.io import write_json
 from synthaudit.relict import calibration, search
 from synthaudit.relict.image_measures import all_pairs_image_measures, shortlisted_image_measures
-from synthaudit.relict.ratio import distance_ratio
 from synthaudit import registry
 
 from .cohort import CohortSpec, ensure
 
 GRID_1MM = (182, 218, 182)
 PROJECTED = {"n_training": 10_000, "n_synthetic": 5_000}
+THREADS, SEED, BLOCK_MM, RATE = 2, 0, 6.0, 0.05  # threads; cohort and sample seed; cheap-stage blocks; call rate
+# seconds per pair measured at 1 mm on this machine (docs/benchmarks.md), for the second projection
+PER_PAIR_1MM = {"mae": 0.00051, "rmse": 0.00051, "ssim": 0.0106}
 
 
 def _log(message: str) -> None:
@@ -52,7 +53,7 @@ def _cohort(args) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[int], float,
     shape = tuple(int(math.ceil(n / args.spacing)) for n in GRID_1MM)
     spec = CohortSpec(kind="ncct", n_synthetic=args.n_synthetic + args.n_heldout, n_training=args.n_training,
                       n_replicas=args.n_replicas, shape=shape, spacing_mm=(args.spacing,) * 3, n_classes=1,
-                      embedding_dim=8, seed=args.seed)
+                      embedding_dim=8, seed=SEED)
     cohort = ensure(spec, Path(args.cohort_root) / f"shortlist-ncct-{spec.key()}", log=_log)
     train = cohort.reader("training_images").read(0, args.n_training).astype(np.float32)
     queries = cohort.reader("synthetic_images").read(0, args.n_synthetic + args.n_heldout).astype(np.float32)
@@ -81,14 +82,14 @@ def _calls(syn_scores, null_scores, rate):
 def run(args) -> dict:
     import torch
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(THREADS)
     t0 = time.perf_counter()
     train, syn, held, replica_of, data_range, shape = _cohort(args)
     load_s = time.perf_counter() - t0
     n_t, n_s, n_h = len(train), len(syn), len(held)
     _log(f"cohort: {n_t} training, {n_s} synthetic ({sum(r >= 0 for r in replica_of)} copies), {n_h} held-out "
          f"volumes of {shape} at {args.spacing} mm; read in {load_s:.1f} s")
-    factors = search.block_factors(args.block_mm, [args.spacing] * 3, shape)
+    factors = search.block_factors(BLOCK_MM, [args.spacing] * 3, shape)
     k = search.shortlist_size(args.n, n_t, args.factor)
 
     # 1. the cheap stage (every volume once) and the k-NN, as relict_shortlist runs them
@@ -102,23 +103,23 @@ def run(args) -> dict:
     for role, vecs, n_q in (("synthetic", vec_syn, n_s), ("heldout", vec_held, n_h)):
         shortlists[role] = search.build_shortlist(
             [str(i) for i in range(n_q)], [str(j) for j in range(n_t)], lambda vecs=vecs: iter(vecs),
-            lambda: iter(vec_train), k=k, n_sample=args.sample, seed=args.seed, factors=factors,
-            block_mm=args.block_mm)
+            lambda: iter(vec_train), k=k, n_sample=args.sample, seed=SEED, factors=factors,
+            block_mm=BLOCK_MM)
     knn_s = time.perf_counter() - start
     dims = len(vec_train[0]["raw"])
     _log(f"cheap stage: {factors} voxel blocks ({dims} numbers per volume), {vectors_s:.1f} s for {n_t + n_s + n_h} "
          f"volumes; k-NN (K = {k}) {knn_s:.1f} s")
 
     out = {"cohort": {"n_training": n_t, "n_synthetic": n_s, "n_heldout": n_h, "n_copies": int(sum(
-        r >= 0 for r in replica_of)), "shape": list(shape), "spacing_mm": args.spacing, "seed": args.seed},
-        "settings": {"n": args.n, "factor": args.factor, "k": k, "block_mm": args.block_mm,
-                     "block_voxels": list(factors), "sample": args.sample, "rate": args.rate,
-                     "threads": args.threads},
+        r >= 0 for r in replica_of)), "shape": list(shape), "spacing_mm": args.spacing, "seed": SEED},
+        "settings": {"n": args.n, "factor": args.factor, "k": k, "block_mm": BLOCK_MM,
+                     "block_voxels": list(factors), "sample": args.sample, "rate": RATE,
+                     "threads": THREADS},
         "cheap_stage": {"vectors_s": vectors_s, "vectors_per_volume_s": vectors_s / (n_t + n_s + n_h),
                         "knn_s": knn_s, "dims": dims},
         "measures": {}}
     for measure in args.measures:  # compile the kernels first: the timings are of the work, not of numba
-        all_pairs_image_measures(syn[:2], train[:4], [measure], data_range=data_range, threads=args.threads,
+        all_pairs_image_measures(syn[:2], train[:4], [measure], data_range=data_range, threads=THREADS,
                                  pairs=np.eye(2, 4, dtype=bool))
     exact = {}
     for measure in args.measures:
@@ -126,14 +127,14 @@ def run(args) -> dict:
         res = {}
         # 2. the shortlist run: candidates and sampled rows of synthetic and held-out volumes
         masks = {role: shortlists[role].pairs(stage) for role in shortlists}
-        short_syn, s_syn = _engine(syn, train, measure, data_range, args.threads, masks["synthetic"])
-        short_held, s_held = _engine(held, train, measure, data_range, args.threads, masks["heldout"])
+        short_syn, s_syn = _engine(syn, train, measure, data_range, THREADS, masks["synthetic"])
+        short_held, s_held = _engine(held, train, measure, data_range, THREADS, masks["heldout"])
         pairs_short = int(masks["synthetic"].sum() + masks["heldout"].sum())
         pairs_cand = int(sum(shortlists[role].shortlisted(stage).sum() for role in shortlists))
         _log(f"{measure}: shortlist {pairs_short} pairs in {s_syn + s_held:.1f} s")
         # 3. exhaustive: every row (the reference)
-        full_syn, f_syn = _engine(syn, train, measure, data_range, args.threads, None)
-        full_held, f_held = _engine(held, train, measure, data_range, args.threads, None)
+        full_syn, f_syn = _engine(syn, train, measure, data_range, THREADS, None)
+        full_held, f_held = _engine(held, train, measure, data_range, THREADS, None)
         pairs_full = full_syn.size + full_held.size
         _log(f"{measure}: exhaustive {pairs_full} pairs in {f_syn + f_held:.1f} s")
         # the shortlist's values are the exhaustive ones, bit for bit (same kernels, skipped work)
@@ -149,8 +150,8 @@ def run(args) -> dict:
         every = search.recall_check(d_full, cand_s, np.arange(n_s), args.n)
         every_h = search.recall_check(h_full, cand_h, np.arange(n_h), args.n)
         sampled = search.recall_check(d_full, cand_s, shortlists["synthetic"].sampled, args.n)
-        exact_calls = _calls(every["ratio_exact"], every_h["ratio_exact"], args.rate)
-        short_calls = _calls(every["ratio_shortlist"], every_h["ratio_shortlist"], args.rate)
+        exact_calls = _calls(every["ratio_exact"], every_h["ratio_exact"], RATE)
+        short_calls = _calls(every["ratio_shortlist"], every_h["ratio_shortlist"], RATE)
         copies = np.array([r >= 0 for r in replica_of])
         source_closest = [int(np.argmin(d_full[i])) == replica_of[i] for i in range(n_s) if replica_of[i] >= 0]
         res.update({
@@ -177,9 +178,7 @@ def run(args) -> dict:
         exact[measure] = (d_full, h_full)
     out["sweep"] = sweep(args, train, syn, held, exact, shape)
     out["projection"] = projection(out, shape)
-    if args.per_pair_1mm:
-        out["projection_measured_1mm"] = projection(out, shape, dict(
-            (m, float(v)) for m, v in (x.split("=") for x in args.per_pair_1mm)))
+    out["projection_measured_1mm"] = projection(out, shape, PER_PAIR_1MM)
     out["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
     out["total_s"] = time.perf_counter() - t0
     # issue 31's target, on the candidate pairs (the sampled rows measure the recall in every workflow run;
@@ -306,17 +305,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--spacing", type=float, default=3.0)
     parser.add_argument("--n", type=int, default=50, help="the ratio's n closest (RELICT: 50)")
     parser.add_argument("--factor", type=float, default=4.0, help="K = factor x n")
-    parser.add_argument("--block-mm", type=float, default=6.0)
     parser.add_argument("--sample", type=int, default=20)
-    parser.add_argument("--rate", type=float, default=0.05)
     parser.add_argument("--measures", nargs="+", default=["mae", "rmse", "ssim"])
     parser.add_argument("--sweep-block-mm", type=float, nargs="*", default=[6.0, 12.0])
     parser.add_argument("--sweep-factors", type=float, nargs="*", default=[3.0, 4.0, 6.0])
-    parser.add_argument("--per-pair-1mm", nargs="*", default=["mae=0.00051", "rmse=0.00051", "ssim=0.0106"],
-                        help="measure=seconds per pair measured at 1 mm on this machine (docs/benchmarks.md) for a "
-                             "second projection; none: only the scaled one")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--cohort-root", default="results/bench/cohort")
     parser.add_argument("--out", default="results/bench/shortlist_scale.json")
     args = parser.parse_args(argv)
