@@ -84,7 +84,7 @@ from scipy.spatial.transform import Rotation
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # build_cohort.py beside this file: its functions are reused, not copied
 
-from build_cohort import bias, deformed, load_base, log  # noqa: E402
+from build_cohort import bias, deformed, load_base, log, scanned  # noqa: E402
 from registration_measures import (  # noqa: E402
     consistency,
     head_points,
@@ -227,9 +227,7 @@ def make_cohort(args, cfg: dict, work: Path) -> dict:
             for s in range(2):
                 srng = np.random.default_rng([cfg["seed"], 100 if modality == "ct" else 0, k, s, 7])
                 if modality == "mri":
-                    v = deformed(warp(bases[head], disp, order=1) * field, sp, cfg["scan_deformation_mm"], 30.0, srng)
-                    v = v * np.float32(1 + cfg["scan_gain"] * srng.uniform(-1, 1))
-                    v = v + srng.normal(0, cfg["scan_noise"], v.shape)
+                    v = scanned(warp(bases[head], disp, order=1) * field, cfg, sp, srng)
                     background, noise = 0.0, MRI_ACQ_NOISE
                 else:
                     v = deformed(warp(ct, disp, order=1), sp, cfg["scan_deformation_mm"], 30.0, srng)
