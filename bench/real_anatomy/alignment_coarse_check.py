@@ -33,39 +33,13 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alignment_ct_check import AIR, in_air, load_ct  # noqa: E402
-from build_cohort import deformed, rigid  # noqa: E402
+from alignment_ct_check import AIR, cohort, load_ct  # noqa: E402
 
 from synthaudit.relict import alignment as al  # noqa: E402
 from synthaudit.relict.alignment_job import align_dataset  # noqa: E402
 from synthaudit.relict.image_measures import all_pairs_image_measures  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cohort(base: np.ndarray, sp, n_train: int, per_kind: int, n_new: int, rng):
-    noise = 10.0
-    training = [in_air(deformed, base, sp, 6.0, 30.0, rng) + rng.normal(0, noise, base.shape).astype(np.float32)
-                for _ in range(n_train)]
-    synthetic, truth = [], []
-    for kind in ("shifted", "rotated", "flipped"):
-        for _ in range(per_kind):
-            src = int(rng.integers(n_train))
-            clean = training[src]
-            if kind == "shifted":
-                d = rng.normal(size=3)
-                v = in_air(rigid, clean, sp, [0, 0, 0], d / np.linalg.norm(d) * rng.uniform(5, 10))
-            elif kind == "rotated":
-                a = rng.normal(size=3)
-                v = in_air(rigid, clean, sp, a / np.linalg.norm(a) * rng.uniform(4, 10), rng.uniform(-4, 4, 3))
-            else:
-                v = np.ascontiguousarray(clean[::-1])
-            synthetic.append(v + rng.normal(0, noise, v.shape).astype(np.float32))
-            truth.append({"kind": kind, "source": src})
-    for _ in range(n_new):
-        synthetic.append(in_air(deformed, base, sp, 6.0, 30.0, rng) + rng.normal(0, noise, base.shape).astype(np.float32))
-        truth.append({"kind": "new", "source": None})
-    return training, synthetic, truth
 
 
 def ratio(row: np.ndarray, n: int) -> float:
@@ -120,6 +94,7 @@ def main(argv=None) -> int:
     sp = [1.5, 1.5, 1.5]
     base = load_ct(args.ct, 1.5)
     training, synthetic, truth = cohort(base, sp, args.training, args.copies_per_kind, args.new, rng)
+    truth = [{"kind": t["kind"], "source": t["source"]} for t in truth]  # the JSON's rows name no transform
     log.info("cohort: %d training, %d synthetic on %s at 1.5 mm", len(training), len(synthetic), base.shape)
     volumes = {f"t{i}": v for i, v in enumerate(training)} | {f"s{i}": v for i, v in enumerate(synthetic)}
     affine = np.diag(sp + [1.0])

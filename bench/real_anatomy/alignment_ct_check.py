@@ -37,6 +37,7 @@ from synthaudit.relict import alignment as al  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 AIR = -1000.0
+NOISE_HU = 10.0
 
 
 def ct_on_grid(path: Path, spacing_mm: float) -> tuple[np.ndarray, np.ndarray]:
@@ -63,6 +64,40 @@ def in_air(f, v: np.ndarray, *args) -> np.ndarray:
     return (f(v - AIR, *args) + AIR).astype(np.float32)
 
 
+def cohort(base: np.ndarray, sp, n_train: int, per_kind: int, n_new: int, rng):
+    """Training "patients" (``base`` under smooth deformations up to 6 mm), then per kind ``per_kind`` shifted,
+    rotated and mirrored copies of training scans (padded with air), then ``n_new`` new deformations, every
+    volume with 10 HU noise; the truth per synthetic volume: its kind, source and transform."""
+    def noisy(v):
+        return v + rng.normal(0, NOISE_HU, v.shape).astype(np.float32)
+
+    training = [noisy(in_air(deformed, base, sp, 6.0, 30.0, rng)) for _ in range(n_train)]
+    synthetic, truth = [], []
+    for kind in ("shifted", "rotated", "flipped"):
+        for _ in range(per_kind):
+            src = int(rng.integers(n_train))
+            clean = training[src]
+            if kind == "shifted":
+                d = rng.normal(size=3)
+                shift = d / np.linalg.norm(d) * rng.uniform(5, 10)
+                v, what = in_air(rigid, clean, sp, [0, 0, 0], shift), {"shift_mm": shift.round(2).tolist()}
+            elif kind == "rotated":
+                a = rng.normal(size=3)
+                rot = a / np.linalg.norm(a) * rng.uniform(4, 10)
+                shift = rng.uniform(-4, 4, 3)
+                v = in_air(rigid, clean, sp, rot, shift)
+                what = {"rotvec_deg": rot.round(2).tolist(), "shift_mm": shift.round(2).tolist(),
+                        "angle_deg": round(float(np.linalg.norm(rot)), 2)}
+            else:
+                v, what = np.ascontiguousarray(clean[::-1]), {"mirror_axis": 0}
+            synthetic.append(noisy(v))
+            truth.append({"kind": kind, "source": src, **what})
+    for _ in range(n_new):
+        synthetic.append(noisy(in_air(deformed, base, sp, 6.0, 30.0, rng)))
+        truth.append({"kind": "new", "source": None})
+    return training, synthetic, truth
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ct", type=Path,
@@ -78,29 +113,7 @@ def main(argv=None) -> int:
     sp = [args.spacing_mm] * 3
     base = load_ct(args.ct, args.spacing_mm)
     print(f"CT on {base.shape} at {args.spacing_mm} mm, HU {np.percentile(base, 1):.0f} to {np.percentile(base, 99):.0f}")
-    noise = 10.0  # HU
-    training = [in_air(deformed, base, sp, 6.0, 30.0, rng) + rng.normal(0, noise, base.shape).astype(np.float32)
-                for _ in range(args.patients)]
-    copies, truth = [], []
-    for kind in ("shifted", "rotated", "flipped"):
-        for j in range(args.copies_per_kind):
-            src = int(rng.integers(args.patients))
-            clean = training[src]
-            if kind == "shifted":
-                d = rng.normal(size=3)
-                shift = d / np.linalg.norm(d) * rng.uniform(5, 10)
-                v, what = in_air(rigid, clean, sp, [0, 0, 0], shift), {"shift_mm": shift.round(2).tolist()}
-            elif kind == "rotated":
-                a = rng.normal(size=3)
-                rot = a / np.linalg.norm(a) * rng.uniform(4, 10)
-                shift = rng.uniform(-4, 4, 3)
-                v = in_air(rigid, clean, sp, rot, shift)
-                what = {"rotvec_deg": rot.round(2).tolist(), "shift_mm": shift.round(2).tolist(),
-                        "angle_deg": round(float(np.linalg.norm(rot)), 2)}
-            else:
-                v, what = np.ascontiguousarray(clean[::-1]), {"mirror_axis": 0}
-            copies.append(v + rng.normal(0, noise, v.shape).astype(np.float32))
-            truth.append({"kind": kind, "source": src, **what})
+    training, copies, truth = cohort(base, sp, args.patients, args.copies_per_kind, 0, rng)
 
     cfg = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]["alignment"]
     space = al.SearchSpace.from_params(cfg["search"])
@@ -137,7 +150,7 @@ def main(argv=None) -> int:
                      "rank_plain": int((plain < plain[s]).sum()) + 1, "rank_aligned": int((aligned < aligned[s]).sum()) + 1,
                      "transform_found": tr.describe(spacing) if tr else None})
     out = {"ct": str(args.ct.relative_to(ROOT)) if args.ct.is_relative_to(ROOT) else str(args.ct),
-           "grid": list(base.shape), "spacing_mm": sp, "background_hu": background, "noise_hu": noise,
+           "grid": list(base.shape), "spacing_mm": sp, "background_hu": background, "noise_hu": NOISE_HU,
            "n_training": len(training), "search": cfg["search"], "preselect_factor": factor_pre,
            "seconds": round(seconds, 1), "threads": args.threads,
            "aligned_above_plain_pairs": above, "n_pairs": int(sum(len(p) for p in pairs)),
