@@ -56,8 +56,9 @@ sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench/real_anatomy")]
 import doc_table  # noqa: E402  the page's tables between their markers
 from alignment_ct_check import ct_on_grid, in_air, load_ct  # noqa: E402
 from build_cohort import deformed  # noqa: E402
+from fidelity_table import load_folder  # noqa: E402
 
-from synthaudit.io import write_json  # noqa: E402
+from synthaudit.io import read_tsv, write_json  # noqa: E402
 from synthaudit.relict import local, local_audit  # noqa: E402
 
 CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
@@ -147,22 +148,12 @@ def ct_cohort(base: np.ndarray, what: str, heldout_scans: int = 1, heldout_patie
 
 
 def mri_cohort(folder: Path) -> dict:
-    def read(p):
-        img = nib.load(str(p))
-        return np.asarray(img.dataobj, np.float32), img.affine
-
-    tr = sorted((folder / "training").glob("*.nii.gz"))
-    he = sorted((folder / "heldout").glob("*.nii.gz"))
-    truth = {}
-    for line in (folder / "truth.tsv").read_text().splitlines()[1:]:
-        cols = line.split("\t")
-        truth[cols[0]] = cols[2]
-    sy = [p for p in sorted((folder / "synthetic").glob("*.nii.gz")) if truth.get(p.name[:-7]) == "new"]
-    vols = {p: read(p) for p in tr}
-    affine = vols[tr[0]][1]
+    ids, training, affine = load_folder(folder / "training")
+    hid, heldout, _ = load_folder(folder / "heldout")
+    kind = {r["synthetic_id"]: r["kind"] for r in read_tsv(folder / "truth.tsv")}
+    syn_ids, synthetic, _ = load_folder(folder / "synthetic")
+    new = [k for k, i in enumerate(syn_ids) if kind[i] == "new"]
     sp = [float(x) for x in np.sqrt((affine[:3, :3] ** 2).sum(0))]
-    ids = [p.name[:-7] for p in tr]
-    hid = [p.name[:-7] for p in he]
     cfg = json.loads((folder / "cohort.json").read_text())["config"]
 
     def head_of(patient: str) -> str:
@@ -171,13 +162,12 @@ def mri_cohort(folder: Path) -> dict:
         pool = cfg["training_heads"] if k < cfg["training_patients"] else cfg["new_heads"]
         return pool[k % len(pool)]
 
-    return {"training": [vols[p][0] for p in tr], "training_ids": ids, "training_patients": [i.split("_")[0] for i in ids],
-            "heldout": np.stack([read(p)[0] for p in he]), "heldout_ids": hid,
-            "heldout_patients": [i.split("_")[0] for i in hid],
-            "synthetic": np.stack([read(p)[0] for p in sy]), "synthetic_ids": [p.name[:-7] for p in sy],
+    return {"training": list(training), "training_ids": ids, "training_patients": [i.split("_")[0] for i in ids],
+            "heldout": heldout, "heldout_ids": hid, "heldout_patients": [i.split("_")[0] for i in hid],
+            "synthetic": synthetic[new], "synthetic_ids": [syn_ids[k] for k in new],
             "spacing_mm": sp, "affine": affine, "head_of": head_of,
-            "about": f"real-anatomy MRI cohort ({folder.name}): {len(tr)} training scans, {len(he)} held-out, "
-                     f"{len(sy)} new patients (build_cohort.py)"}
+            "about": f"real-anatomy MRI cohort ({folder.name}): {len(ids)} training scans, {len(hid)} held-out, "
+                     f"{len(new)} new patients (build_cohort.py)"}
 
 
 def use_old_placement(training_mean: np.ndarray) -> None:
