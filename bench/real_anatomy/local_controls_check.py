@@ -258,7 +258,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--block-mm", type=float, help="relict.local.block_mm for this run (default: params.yaml's)")
     ap.add_argument("--smooth-mm", type=float, help="relict.local.smooth_mm for this run (default: params.yaml's)")
-    ap.add_argument("--doc", type=Path, help="also write the table into this doc between its markers")
+    ap.add_argument("--doc", type=Path, help="also write the table into this doc between its markers (the runs at "
+                    "relict.local's defaults and 20 held-out patients)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log = logging.getLogger("local_controls_check")
@@ -310,20 +311,10 @@ def main(argv=None) -> int:
            "centred_on": ctl["centred_on"], "by_size_mm": ctl["by_size_mm"], "reasons": ctl["reasons"],
            "null_floor": floor, "controls": result.controls}
     write_json(args.out, out)
-    if args.doc:  # the table goes to the page; the JSON is the one result file
+    if args.doc:  # the table goes to the page (the runs at the defaults; local_block_sizes.py tables the others)
         cohort = args.cohort + ("2" if args.cohort != "mri" and args.heldout_scans == 2 else "")
-        cohort += f"-h{args.heldout_patients}" if args.heldout_patients != 20 else ""
-        block = f"-b{args.block_mm:g}" if args.block_mm else ""
-        block += f"-s{args.smooth_mm:g}" if args.smooth_mm is not None else ""
-        write_doc(args.doc, f"local-controls-{cohort}-{args.placement}{block}", markdown(out))
-    for size, e in ctl["by_size_mm"].items():
-        log.info("%s mm: called %.2f (by distinctiveness low/mid/high %s), whole-volume %.2f, median contrast %.2f, "
-                 "distinctiveness %.2f, region score %.2f vs cut-off %.2f, donor closest %.2f", size, e["sensitivity"],
-                 "/".join("NA" if e["by_distinctiveness"][t] is None else f"{e['by_distinctiveness'][t]:.2f}"
-                          for t in local_audit.TERCILES), e["whole_volume_rmse_sensitivity"],
-                 e["median_region_contrast"] or np.nan, e["median_distinctiveness"] or np.nan,
-                 e["median_region_block_score"] or np.nan, e["median_null_cutoff"] or np.nan,
-                 e["donor_closest_at_region"] or np.nan)
+        write_doc(args.doc, f"local-controls-{cohort}-{args.placement}", markdown(out))
+    print(markdown(out))
     log.info("held-out called %s, new patients called %s; %.0f s, peak %.0f MiB", out["heldout_called"],
              out["new_patients_called"], seconds, peak_mib)
     return 0
