@@ -27,7 +27,6 @@ cohort's sizes). Synthetic sets of 50:
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "real_anatomy"))
 import doc_table  # noqa: E402  the docs page's tables from the JSON
-from build_cohort import scanned  # noqa: E402  bench/real_anatomy: the cohort's scans
+from build_cohort import log, scanned  # noqa: E402  bench/real_anatomy: the cohort's scans
 
 RESULT = "results/bench/membership_real_anatomy.json"
 PAGE = "docs/membership.md"
@@ -56,10 +55,6 @@ MARKERS = {"none": ("<!-- membership_no_leak: bench/membership/real_anatomy.py d
 COHORT = ROOT / "bench" / "real_anatomy" / "cohort.yaml"
 SEED, N_SAMPLES, NO_LEAK_DRAWS, DRAWS = 64, 50, 10, 3
 CROWDING, COPIES = [1.5, 1.0, 0.75, 0.5, 0.25], [0.05, 0.1, 0.2]
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
 def block_mean(v: np.ndarray, k: int) -> np.ndarray:
