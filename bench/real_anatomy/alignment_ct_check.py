@@ -36,8 +36,10 @@ from build_cohort import deformed, rigid  # noqa: E402  (the cohort's own augmen
 from synthaudit.relict import alignment as al  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
 AIR = -1000.0
 NOISE_HU = 10.0
+SPACING_MM, PATIENTS, COPIES_PER_KIND, SEED = 1.5, 10, 3, 29  # this check's cohort (alignment_ct_results.json)
 
 
 def ct_on_grid(path: Path, spacing_mm: float) -> tuple[np.ndarray, np.ndarray]:
@@ -100,20 +102,15 @@ def cohort(base: np.ndarray, sp, n_train: int, per_kind: int, n_new: int, rng):
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ct", type=Path,
-                    default=ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz")
+    ap.add_argument("--ct", type=Path, default=CT)
     ap.add_argument("--out", type=Path, default=ROOT / "bench/real_anatomy/alignment_ct_results.json")
-    ap.add_argument("--spacing-mm", type=float, default=1.5)
-    ap.add_argument("--patients", type=int, default=10)
-    ap.add_argument("--copies-per-kind", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=29)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
-    rng = np.random.default_rng(args.seed)
-    sp = [args.spacing_mm] * 3
-    base = load_ct(args.ct, args.spacing_mm)
-    print(f"CT on {base.shape} at {args.spacing_mm} mm, HU {np.percentile(base, 1):.0f} to {np.percentile(base, 99):.0f}")
-    training, copies, truth = cohort(base, sp, args.patients, args.copies_per_kind, 0, rng)
+    rng = np.random.default_rng(SEED)
+    sp = [SPACING_MM] * 3
+    base = load_ct(args.ct, SPACING_MM)
+    print(f"CT on {base.shape} at {SPACING_MM} mm, HU {np.percentile(base, 1):.0f} to {np.percentile(base, 99):.0f}")
+    training, copies, truth = cohort(base, sp, PATIENTS, COPIES_PER_KIND, 0, rng)
 
     cfg = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]["alignment"]
     space = al.SearchSpace.from_params(cfg["search"])

