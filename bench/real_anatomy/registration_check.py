@@ -28,8 +28,8 @@ What is real and what is made:
 - Two scans per patient: the patient's anatomy with a small scan-level deformation, a gain
   (MRI) and noise, on the cohort grid: the "before" volumes (unposed; CT windowed as
   preprocessing windows it).
-- Posing: each scan gets its own random rigid pose (rotation up to ``--max-rotation-deg``
-  about a random 3D axis, shift up to ``--max-shift-mm`` in a random direction) and is
+- Posing: each scan gets its own random rigid pose (rotation up to ``MAX_ROTATION_DEG``
+  about a random 3D axis, shift up to ``MAX_SHIFT_MM`` in a random direction) and is
   written on (a) a clinical grid of 0.75 x 0.75 x 2.5 mm (each 2.5 mm slice the mean of
   three thin ones: a slice profile, not point samples) and, for MRI, (b) isotropic 1.5 mm,
   plus acquisition noise. The pose is the truth.
@@ -118,6 +118,8 @@ GRIDS = {
     "clinical": ((0.75, 0.75, 2.5), (320, 320, 80)),  # 240 x 240 x 200 mm
     "iso1.5": ((1.5, 1.5, 1.5), (160, 160, 134)),  # 240 x 240 x 201 mm
 }
+MRI_PATIENTS, CT_PATIENTS = 16, 8  # MRI patients from the five heads in turn; CT patients from the one head CT
+MAX_ROTATION_DEG, MAX_SHIFT_MM = 10.0, 15.0
 SETS = {  # set -> (modality, scanner grid)
     "mri_clinical": ("mri", "clinical"),
     "mri_iso1.5": ("mri", "iso1.5"),
@@ -196,9 +198,8 @@ def ct_base(path: Path, grid_affine: np.ndarray, shape, template) -> np.ndarray:
 def make_cohort(args, cfg: dict, work: Path) -> dict:
     """Bases, patients, unposed and posed scans (cached under ``work``); returns the manifest."""
     manifest_path = work / "manifest.json"
-    made_with = {"mri_patients": args.mri_patients, "ct_patients": args.ct_patients,
-                 "max_rotation_deg": args.max_rotation_deg, "max_shift_mm": args.max_shift_mm,
-                 "config": str(args.config)}
+    made_with = {"mri_patients": MRI_PATIENTS, "ct_patients": CT_PATIENTS, "max_rotation_deg": MAX_ROTATION_DEG,
+                 "max_shift_mm": MAX_SHIFT_MM}
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("made_with") != made_with:
@@ -218,7 +219,7 @@ def make_cohort(args, cfg: dict, work: Path) -> dict:
     ct = ct_base(args.nifti / CT_HEAD, grid, shape, pipeline.load_template("mni_ct", 2.0))
     names = list(bases)
     scans = []
-    for modality, n_patients in (("mri", args.mri_patients), ("ct", args.ct_patients)):
+    for modality, n_patients in (("mri", MRI_PATIENTS), ("ct", CT_PATIENTS)):
         for k in range(n_patients):
             head = names[k % len(names)] if modality == "mri" else "ct0051"
             prng = np.random.default_rng([cfg["seed"], 100 if modality == "ct" else 0, k])
@@ -239,10 +240,10 @@ def make_cohort(args, cfg: dict, work: Path) -> dict:
                 save_volume(unposed, v, grid, dtype=np.int16 if modality == "ct" else np.float32)
                 axis = srng.normal(size=3)
                 axis /= np.linalg.norm(axis)
-                angle = float(srng.uniform(0, args.max_rotation_deg))
+                angle = float(srng.uniform(0, MAX_ROTATION_DEG))
                 direction = srng.normal(size=3)
                 direction /= np.linalg.norm(direction)
-                shift = direction * float(srng.uniform(0, args.max_shift_mm))
+                shift = direction * float(srng.uniform(0, MAX_SHIFT_MM))
                 pose = pose_transform(axis * angle, shift, centre)
                 entry = {"id": sid, "patient": f"{modality}{k:02d}", "modality": modality, "head": head,
                          "unposed": str(unposed), "rotvec_deg": (axis * angle).tolist(), "shift_mm": shift.tolist(),
@@ -314,18 +315,13 @@ def main(argv=None) -> int:
                     help="fetch.sh's nifti/ folder")
     ap.add_argument("--work", type=Path, required=True, help="folder for the made cohort and registered scans")
     ap.add_argument("--out", type=Path, required=True, help="JSON file for the figures")
-    ap.add_argument("--config", type=Path, default=HERE / "cohort.yaml")
-    ap.add_argument("--mri-patients", type=int, default=16)
-    ap.add_argument("--ct-patients", type=int, default=8)
-    ap.add_argument("--max-rotation-deg", type=float, default=10.0)
-    ap.add_argument("--max-shift-mm", type=float, default=15.0)
     ap.add_argument("--processes", type=int, default=2, help="registrations run in parallel (threads=1 each)")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="override init's preprocess block, e.g. registration.iterations=400 (YAML value)")
     ap.add_argument("--tag", default="run", help="subfolder of --work for this run's registered scans")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    cfg = yaml.safe_load(args.config.read_text())
+    cfg = yaml.safe_load((HERE / "cohort.yaml").read_text())
     args.work.mkdir(parents=True, exist_ok=True)
     manifest = make_cohort(args, cfg, args.work)
     log(f"cohort ready ({time.perf_counter() - start:.0f} s)")
