@@ -12,12 +12,12 @@ run's ``benchmarks/`` files, job-seconds summed per stage); nothing is recompute
 
 from __future__ import annotations
 
-import csv
 import json
 import sys
 from pathlib import Path
 
 import synthaudit  # noqa: F401  first: portable numerics before numpy loads
+from synthaudit.io import read_tsv
 from synthaudit.review.timing import UNESTIMATED_BENCHMARKS, estimate_rows, measured_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def workspace_rows(ws: Path, estimate: Path | None = None) -> dict:
     est_path = estimate or ws / "data/estimate.json"
     est = json.loads(Path(est_path).read_text())
     dataset = est["dataset"]
-    roles = [r["role"] for r in csv.DictReader(open(ws / "data/manifest.tsv"), delimiter="\t")]
+    roles = [r["role"] for r in read_tsv(ws / "data/manifest.tsv")]
     n_syn = len(list((ws / "results/synthetic" / dataset / "images").glob("*.nii.gz")))
     grid = ws / "results/preprocessed" / dataset / "grid.json"
     shape = json.loads(grid.read_text()).get("shape") if grid.is_file() else None

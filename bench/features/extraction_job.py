@@ -9,11 +9,10 @@ cohort is simulated (seeded smooth volumes in [0, 1]): a dense network's cost do
 the voxels hold.
 
 ``torch_default`` gives every convolution torch's own dispatch (the path before
-``features.conv.OneDnnConv3d``), so one checkout times both, one after the other in one process (``--conv
-both``, the default, writes results/bench/extraction_job.json with their embeddings compared), or one of
-them (``--conv workflow``, ``--conv torch_default``: for an A/B timing of whole processes).
+``features.conv.OneDnnConv3d``), so one checkout times both, one after the other in one process, and
+writes results/bench/extraction_job.json with their embeddings compared.
 
-    python bench/features/extraction_job.py [--volumes 130] [--conv both]
+    python bench/features/extraction_job.py [--volumes 130]
     python bench/features/extraction_job.py doc [--write]     # docs/benchmarks_levels.md's table from the JSON
 """
 
@@ -107,7 +106,6 @@ def main(argv=None) -> int:
     ap.add_argument("--spacing-mm", type=float, default=1.5)
     ap.add_argument("--threads", type=int, default=2, help="the embed rule's threads")
     ap.add_argument("--batch-size", type=int, default=1, help="compute.embed_batch_size")
-    ap.add_argument("--conv", choices=("both", "workflow", "torch_default"), default="both")
     ap.add_argument("--cohort", type=Path, default=Path("/tmp/synthaudit-extraction-cohort"))
     ap.add_argument("--out", type=Path, default=ROOT / RESULT)
     args = ap.parse_args(argv)
@@ -117,13 +115,10 @@ def main(argv=None) -> int:
 
     shape = (args.shape,) * 3
     paths = cohort(args.cohort / f"{args.shape}_{args.spacing_mm:g}mm", args.volumes, shape, args.spacing_mm)
-    convs = ["torch_default", "workflow"] if args.conv == "both" else [args.conv]
     runs, embs = {}, {}
-    for conv in convs:
+    for conv in ("torch_default", "workflow"):
         embs[conv], runs[conv] = extract(paths, conv, args.threads, args.batch_size)
         print(conv, runs[conv], flush=True)
-    if args.conv != "both":
-        return 0
     a, b = embs["workflow"], embs["torch_default"]
     result = {"machine": machine(), **provenance(), "torch": torch.__version__, "config": CONFIG,
               "volumes": args.volumes, "shape": list(shape), "spacing_mm": args.spacing_mm, "threads": args.threads,

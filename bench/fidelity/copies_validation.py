@@ -73,22 +73,11 @@ def _gate(name: str, fid: dict, mem: dict) -> dict[str, str]:
 
 
 def compute(nifti: Path) -> dict:
-    cfg = yaml.safe_load(cohort.COHORT.read_text())
     params = yaml.safe_load((ROOT / "params.yaml").read_text())
     fidelity_settings, mem_settings = params["fidelity"], {**params["membership"], "fpr": [0.1]}
-    r = cohort.Recipe(cohort.heads(nifti, cfg, ROOT / "data" / "real_anatomy" / "membership_heads_3mm.npz"), cfg)
-    n_train, n_held, n = cfg["training_patients"], cfg["heldout_patients"], cohort.N_SAMPLES
-    rng = np.random.default_rng([cohort.SEED, 1])  # the membership bench's cohort, scan for scan
-    train_anat = [r.anatomy(k) for k in range(n_train)]
-    train = [(f"p{k:03d}_s{s}", f"p{k:03d}", r.scan(train_anat[k], rng)) for k in range(n_train) for s in range(2)]
-    held = [(f"p{k:03d}_s0", f"p{k:03d}", r.scan(r.anatomy(k), rng)) for k in range(n_train, n_train + n_held)]
-    train_e = _embedded(*zip(*train))
-    held_e = _embedded(*zip(*held))
-    c = membership.candidates([(i, p) for i, p, _ in train], [(i, p) for i, p, _ in held])
-    vol = {i: v for i, _, v in train + held}
-    cand = np.stack([vol[i] for i in c.ids])
-    held_x, held_p = np.stack([v for _, _, v in held]), [p for _, p, _ in held]
-    cohort.log(f"cohort at 3 mm {r.shape}: {n_train} training patients (2 scans), {n_held} held-out")
+    co = cohort.cohort(nifti)  # the membership bench's cohort, scan for scan
+    r, train, n = co.recipe, co.train, cohort.N_SAMPLES
+    train_e, held_e = _embedded(*zip(*train)), _embedded(*zip(*co.held))
     fresh = iter(range(20_000, 200_000))
 
     def new_patient(grng, heads=None):
@@ -110,7 +99,7 @@ def compute(nifti: Path) -> dict:
         ids = [f"syn{j:03d}" for j in range(n)]
         fid = fidelity_audit(train_e, held_e, _embedded(ids, ids, samples), fidelity_settings,
                              "6 mm block means", "length")
-        mem = cohort.attack_result(c, cand, np.stack(samples), held_x, held_p, mem_settings)
+        mem = cohort.attack_result(co, np.stack(samples), mem_settings)
         s = fid["synthetic"]
         strongest = mem["attacks"][mem["strongest"]]
         rows.append({"set": label, "copy_share": share, "blur_vox": blur, "heads": list(heads) if heads else None,
@@ -123,7 +112,8 @@ def compute(nifti: Path) -> dict:
                      "membership_auc_ci": strongest["auc_ci"], "gate": _gate("set", fid, mem)})
         cohort.log(f"{label}: authenticity {rows[-1]['authenticity']:.2f}, beta-recall {rows[-1]['beta_recall']:.3f}, "
                    f"C_T {rows[-1]['c_t']:.2f}, membership AUC {strongest['auc']:.2f}; gate {rows[-1]['gate']}")
-    return {"grid_mm": r.sp[0], "training_patients": n_train, "heldout_patients": n_held, "samples": n,
+    return {"grid_mm": r.sp[0], "training_patients": len(co.train_anatomy), "heldout_patients": len(co.held),
+            "samples": n,
             "rows": rows}
 
 

@@ -27,8 +27,8 @@ cohort's sizes). Synthetic sets of 50:
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
+from typing import NamedTuple
 
 import synthaudit  # noqa: F401  first: portable numerics before numpy loads
 import numpy as np
@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 sys.path.insert(0, str(ROOT / "bench" / "real_anatomy"))
 import doc_table  # noqa: E402  the docs page's tables from the JSON
+from build_cohort import log, scanned  # noqa: E402  bench/real_anatomy: the cohort's scans
 
 RESULT = "results/bench/membership_real_anatomy.json"
 PAGE = "docs/membership.md"
@@ -54,10 +55,6 @@ MARKERS = {"none": ("<!-- membership_no_leak: bench/membership/real_anatomy.py d
 COHORT = ROOT / "bench" / "real_anatomy" / "cohort.yaml"
 SEED, N_SAMPLES, NO_LEAK_DRAWS, DRAWS = 64, 50, 10, 3
 CROWDING, COPIES = [1.5, 1.0, 0.75, 0.5, 0.25], [0.05, 0.1, 0.2]
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
 def block_mean(v: np.ndarray, k: int) -> np.ndarray:
@@ -105,10 +102,7 @@ class Recipe:
         return (warp(self.bases[self.names[k % len(self.names)]], disp, order=1) * bias).astype(np.float32)
 
     def scan(self, anatomy: np.ndarray, rng) -> np.ndarray:
-        c = self.cfg
-        v = warp(anatomy, smooth_displacement(self.shape, self.sp, c["scan_deformation_mm"], 30.0, rng), order=1)
-        v = v * np.float32(1 + c["scan_gain"] * rng.uniform(-1, 1))
-        return (v + rng.normal(0, c["scan_noise"], v.shape)).astype(np.float32)
+        return scanned(anatomy, self.cfg, self.sp, rng)
 
     def crowd(self, anatomy: np.ndarray, share: float, rng) -> np.ndarray:
         c = self.cfg
@@ -121,41 +115,57 @@ class Recipe:
         return (v + rng.normal(0, self.cfg["generator_noise"], v.shape)).astype(np.float32)
 
 
-def attack_result(c: audit.Candidates, cand: np.ndarray, samples: np.ndarray, held: np.ndarray,
-                  held_patients: list[str], settings: dict) -> dict:
+class Cohort(NamedTuple):
+    """The members and non-members at 3 mm, scan for scan the same for this bench and copies_validation.py."""
+
+    recipe: Recipe
+    train_anatomy: list[np.ndarray]  # per training patient
+    train: list[tuple[str, str, np.ndarray]]  # (scan id, patient, volume)
+    held: list[tuple[str, str, np.ndarray]]
+    candidates: audit.Candidates
+    candidate_volumes: np.ndarray  # in candidates.ids' order
+
+
+def cohort(nifti: Path) -> Cohort:
+    """cohort.yaml's sizes: its training patients with 2 scans each (members), its held-out patients with 1."""
+    cfg = yaml.safe_load(COHORT.read_text())
+    r = Recipe(heads(nifti, cfg, ROOT / "data" / "real_anatomy" / "membership_heads_3mm.npz"), cfg)
+    n_train, n_held = cfg["training_patients"], cfg["heldout_patients"]
+    rng = np.random.default_rng([SEED, 1])
+    anatomy = [r.anatomy(k) for k in range(n_train)]
+    train = [(f"p{k:03d}_s{s}", f"p{k:03d}", r.scan(anatomy[k], rng)) for k in range(n_train) for s in range(2)]
+    held = [(f"p{k:03d}_s0", f"p{k:03d}", r.scan(r.anatomy(k), rng)) for k in range(n_train, n_train + n_held)]
+    c = audit.candidates([(i, p) for i, p, _ in train], [(i, p) for i, p, _ in held])
+    vol = {i: v for i, _, v in train + held}
+    log(f"cohort at 3 mm {r.shape}: {n_train} members (2 scans), {n_held} non-members")
+    return Cohort(r, anatomy, train, held, c, np.stack([vol[i] for i in c.ids]))
+
+
+def attack_result(co: Cohort, samples: np.ndarray, settings: dict) -> dict:
     """Every attack of the stage on one synthetic set (its membership.json): the image at 3 mm (MAE, RMSE), at
     6 mm for the embedding's."""
+    cand = co.candidate_volumes
     distances = all_pairs_image_measures(cand, samples, ["mae", "rmse"], data_range=1.0, threads=2, backend="kernels")
     six = lambda x: np.stack([block_mean(v, 2).ravel() for v in x])  # noqa: E731
     cand6, samples6 = standardise(six(cand), six(samples), "length")
-    ref6, _ = standardise(six(held), six(samples), "length")
-    embedded = {"candidates": cand6, "samples": samples6, "reference": ref6, "reference_patients": held_patients}
-    return audit.audit(c, distances, embedded, settings, len(samples))[0]
+    ref6, _ = standardise(six([v for _, _, v in co.held]), six(samples), "length")
+    embedded = {"candidates": cand6, "samples": samples6, "reference": ref6,
+                "reference_patients": [p for _, p, _ in co.held]}
+    return audit.audit(co.candidates, distances, embedded, settings, len(samples))[0]
 
 
-def attack(c: audit.Candidates, cand: np.ndarray, samples: np.ndarray, held: np.ndarray, held_patients: list[str],
-           settings: dict) -> dict:
+def attack(co: Cohort, samples: np.ndarray, settings: dict) -> dict:
     """Each attack's AUC, interval and TPR at FPR 10 % on one synthetic set."""
-    result = attack_result(c, cand, samples, held, held_patients, settings)
+    result = attack_result(co, samples, settings)
     return {name: {"auc": e["auc"], "auc_ci": e["auc_ci"], "tpr_at_10": e["tpr_at_fpr"][-1]["tpr"],
                    "fpr_used": e["tpr_at_fpr"][-1]["fpr_used"]} for name, e in result["attacks"].items()}
 
 
 def compute(nifti: Path) -> dict:
-    cfg = yaml.safe_load(COHORT.read_text())
     settings = yaml.safe_load((ROOT / "params.yaml").read_text())["membership"]
     settings = {**settings, "fpr": [0.1]}
-    r = Recipe(heads(nifti, cfg, ROOT / "data" / "real_anatomy" / "membership_heads_3mm.npz"), cfg)
-    n_train, n_held = cfg["training_patients"], cfg["heldout_patients"]
-    rng = np.random.default_rng([SEED, 1])
-    train_anat = [r.anatomy(k) for k in range(n_train)]
-    train = [(f"p{k:03d}_s{s}", f"p{k:03d}", r.scan(train_anat[k], rng)) for k in range(n_train) for s in range(2)]
-    held = [(f"p{k:03d}_s0", f"p{k:03d}", r.scan(r.anatomy(k), rng)) for k in range(n_train, n_train + n_held)]
-    c = audit.candidates([(i, p) for i, p, _ in train], [(i, p) for i, p, _ in held])
-    vol = {i: v for i, _, v in train + held}
-    cand = np.stack([vol[i] for i in c.ids])
-    held_x, held_p = np.stack([v for _, _, v in held]), [p for _, p, _ in held]
-    log(f"cohort at 3 mm {r.shape}: {n_train} members (2 scans), {n_held} non-members")
+    co = cohort(nifti)
+    r, train, train_anat, n_train = co.recipe, co.train, co.train_anatomy, len(co.train_anatomy)
     fresh = iter(range(10_000, 100_000))  # new patients' indices, never a member's or a non-member's
 
     def new_patient(grng):
@@ -164,7 +174,7 @@ def compute(nifti: Path) -> dict:
     rows = []
 
     def run(kind: str, level: float, draw: int, samples: list[np.ndarray]) -> None:
-        got = attack(c, cand, np.stack(samples), held_x, held_p, settings)
+        got = attack(co, np.stack(samples), settings)
         rows.append({"kind": kind, "level": level, "draw": draw, "attacks": got})
         log(f"{kind} {level:g} draw {draw}: " + ", ".join(f"{k} {e['auc']:.2f} [{e['auc_ci'][0]:.2f}, "
                                                            f"{e['auc_ci'][1]:.2f}]" for k, e in got.items()))
@@ -184,7 +194,7 @@ def compute(nifti: Path) -> dict:
             copied = grng.choice(len(train), size=n_copies, replace=False)
             samples = [r.generated(train[k][2], grng) for k in copied]
             run("copies", q, d, samples + [new_patient(grng) for _ in range(N_SAMPLES - n_copies)])
-    return {"grid_mm": r.sp[0], "members": n_train, "nonmembers": n_held, "samples": N_SAMPLES,
+    return {"grid_mm": r.sp[0], "members": n_train, "nonmembers": len(co.held), "samples": N_SAMPLES,
             "level": settings["bootstrap"]["level"], "rows": rows}
 
 

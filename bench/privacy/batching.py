@@ -14,7 +14,6 @@ workflow does (privacy.evaluate.evaluate_space), on one thread per job:
 
 from __future__ import annotations
 
-import csv
 import os
 import sys
 import time
@@ -44,8 +43,9 @@ def _truth(cohort: str, root: Path, owner: str) -> dict:
         from synthaudit.workflow_plan import WorkflowPlan
 
         return WorkflowPlan(load_params(root / "params.yaml")).privacy_truth(owner)
-    with open(ROOT / "data/real_anatomy/cohort/truth.tsv") as fh:
-        rows = list(csv.DictReader(fh, delimiter="\t"))
+    from synthaudit.io import read_tsv
+
+    rows = read_tsv(ROOT / "data/real_anatomy/cohort/truth.tsv")
     return {owner: {r["synthetic_id"]: {"kind": "replica" if r["replica"] == "1" else "nonreplica",
                                         "source_patient": r["source_patient"] or None} for r in rows}}
 

@@ -33,39 +33,17 @@ import numpy as np
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alignment_ct_check import AIR, in_air, load_ct  # noqa: E402
-from build_cohort import deformed, rigid  # noqa: E402
+from alignment_ct_check import AIR, CT, cohort, load_ct  # noqa: E402
 
 from synthaudit.relict import alignment as al  # noqa: E402
 from synthaudit.relict.alignment_job import align_dataset  # noqa: E402
 from synthaudit.relict.image_measures import all_pairs_image_measures  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def cohort(base: np.ndarray, sp, n_train: int, per_kind: int, n_new: int, rng):
-    noise = 10.0
-    training = [in_air(deformed, base, sp, 6.0, 30.0, rng) + rng.normal(0, noise, base.shape).astype(np.float32)
-                for _ in range(n_train)]
-    synthetic, truth = [], []
-    for kind in ("shifted", "rotated", "flipped"):
-        for _ in range(per_kind):
-            src = int(rng.integers(n_train))
-            clean = training[src]
-            if kind == "shifted":
-                d = rng.normal(size=3)
-                v = in_air(rigid, clean, sp, [0, 0, 0], d / np.linalg.norm(d) * rng.uniform(5, 10))
-            elif kind == "rotated":
-                a = rng.normal(size=3)
-                v = in_air(rigid, clean, sp, a / np.linalg.norm(a) * rng.uniform(4, 10), rng.uniform(-4, 4, 3))
-            else:
-                v = np.ascontiguousarray(clean[::-1])
-            synthetic.append(v + rng.normal(0, noise, v.shape).astype(np.float32))
-            truth.append({"kind": kind, "source": src})
-    for _ in range(n_new):
-        synthetic.append(in_air(deformed, base, sp, 6.0, 30.0, rng) + rng.normal(0, noise, base.shape).astype(np.float32))
-        truth.append({"kind": "new", "source": None})
-    return training, synthetic, truth
+# the cohort: 60 training scans (every one a candidate, as init sets K for 60), 10 copies per kind and 40 new
+# patients; 12 synthetic volumes also searched at full resolution; n = 50, and n = 20 for the ranking check
+# (3n ranked, 1.6n aligned)
+N_TRAINING, COPIES_PER_KIND, N_NEW, REFERENCE_ROWS, N_CLOSEST, N_RANKED, SEED = 60, 10, 40, 12, 50, 20, 47
 
 
 def ratio(row: np.ndarray, n: int) -> float:
@@ -83,7 +61,7 @@ def profile(args, syn_keys, train_keys, loaded, plain, cfg, grid, k, log, t_ssim
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
-    got = align_dataset(syn_keys, train_keys, loaded, plain, c, grid, syn_keys, train_keys, args.n_closest,
+    got = align_dataset(syn_keys, train_keys, loaded, plain, c, grid, syn_keys, train_keys, N_CLOSEST,
                         mem_mb=8000, threads=args.threads, log=log)
     prof.disable()
     wall = time.perf_counter() - t0
@@ -99,16 +77,7 @@ def profile(args, syn_keys, train_keys, loaded, plain, cfg, grid, k, log, t_ssim
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ct", type=Path,
-                    default=ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz")
     ap.add_argument("--out", type=Path, default=ROOT / "results/bench/alignment_coarse_ct.json")
-    ap.add_argument("--training", type=int, default=60)
-    ap.add_argument("--copies-per-kind", type=int, default=10)
-    ap.add_argument("--new", type=int, default=40)
-    ap.add_argument("--reference-rows", type=int, default=12, help="synthetic volumes also searched at full resolution")
-    ap.add_argument("--n-closest", type=int, default=50)
-    ap.add_argument("--n-ranked", type=int, default=20, help="n of the ranking check (3n ranked, 1.6n aligned)")
-    ap.add_argument("--seed", type=int, default=47)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--profile", type=Path, default=None,
                     help="only the coarse-stage run over every pair, under cProfile: its 40 costliest calls "
@@ -116,10 +85,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     log = logging.getLogger("coarse")
-    rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(SEED)
     sp = [1.5, 1.5, 1.5]
-    base = load_ct(args.ct, 1.5)
-    training, synthetic, truth = cohort(base, sp, args.training, args.copies_per_kind, args.new, rng)
+    base = load_ct(CT, 1.5)
+    training, synthetic, truth = cohort(base, sp, N_TRAINING, COPIES_PER_KIND, N_NEW, rng)
+    truth = [{"kind": t["kind"], "source": t["source"]} for t in truth]  # the JSON's rows name no transform
     log.info("cohort: %d training, %d synthetic on %s at 1.5 mm", len(training), len(synthetic), base.shape)
     volumes = {f"t{i}": v for i, v in enumerate(training)} | {f"s{i}": v for i, v in enumerate(synthetic)}
     affine = np.diag(sp + [1.0])
@@ -143,7 +113,7 @@ def main(argv=None) -> int:
     syn_keys, train_keys = [f"s{i}" for i in range(len(synthetic))], [f"t{i}" for i in range(len(training))]
     k = len(training)  # init: 3n ranked, 1.6n aligned (coarse stage) or 2n (none): all 60 here
     runs = {}
-    ref_rows = sorted(int(i) for i in rng.choice(len(synthetic), args.reference_rows, replace=False))
+    ref_rows = sorted(int(i) for i in rng.choice(len(synthetic), REFERENCE_ROWS, replace=False))
     if args.profile:
         return profile(args, syn_keys, train_keys, loaded, plain, cfg, grid, k, log, t_ssim)
     for name, coarse_mm, rows in (("coarse_3mm", 3.0, list(range(len(synthetic)))), ("full_resolution", None, ref_rows)):
@@ -151,7 +121,7 @@ def main(argv=None) -> int:
         assert al.refine_factor(coarse_mm, sp) == (2 if coarse_mm else 1)
         t0 = time.perf_counter()
         got = align_dataset([syn_keys[i] for i in rows], train_keys, loaded, {m: plain[m][rows] for m in plain}, c,
-                            grid, [syn_keys[i] for i in rows], train_keys, args.n_closest, mem_mb=8000,
+                            grid, [syn_keys[i] for i in rows], train_keys, N_CLOSEST, mem_mb=8000,
                             threads=args.threads, log=log)
         runs[name] = {"rows": rows, "seconds": time.perf_counter() - t0, "pairs": got.n_pairs,
                       "matrices": {m: got.matrices[m] for m in ("mae", "rmse")}}
@@ -160,7 +130,7 @@ def main(argv=None) -> int:
     # the ranking stage init writes on a grid with a coarse stage (3n ranked, the best 1.6n aligned), at a
     # smaller n so that 60 training scans leave something to rank: does it keep the n closest of the
     # all-aligned coarse run?
-    n_rank = args.n_ranked
+    n_rank = N_RANKED
     keep = int(np.ceil(1.6 * n_rank))
     c = dict(cfg, coarse_mm=3.0, candidates=keep, rank_candidates=min(3 * n_rank, k), recall={"sample": 0, "seed": 0})
     t0 = time.perf_counter()
@@ -186,7 +156,7 @@ def main(argv=None) -> int:
         entry = {"synthetic": syn_keys[i], **truth[i]}
         for m in ("mae", "rmse"):
             a, b = coarse["matrices"][m][i], full["matrices"][m][r]
-            entry[m] = {"ratio_coarse": ratio(a, args.n_closest), "ratio_full": ratio(b, args.n_closest),
+            entry[m] = {"ratio_coarse": ratio(a, N_CLOSEST), "ratio_full": ratio(b, N_CLOSEST),
                         "closest_coarse": int(np.argmin(a)), "closest_full": int(np.argmin(b)),
                         "max_rel_above": float(np.max((a - b) / b)), "max_rel_below": float(np.max((b - a) / b))}
         per_row.append(entry)
@@ -198,9 +168,9 @@ def main(argv=None) -> int:
     n_pairs_coarse = coarse["pairs"]
     per_pair_full = full["seconds"] / max(full["pairs"], 1)
     out = {
-        "ct": str(args.ct.relative_to(ROOT)) if args.ct.is_relative_to(ROOT) else str(args.ct),
+        "ct": str(CT.relative_to(ROOT)),
         "grid": list(base.shape), "spacing_mm": sp, "n_training": len(training), "n_synthetic": len(synthetic),
-        "threads": args.threads, "n_closest": args.n_closest, "search": cfg["search"],
+        "threads": args.threads, "n_closest": N_CLOSEST, "search": cfg["search"],
         "seconds": {"plain_mae_rmse": round(t_plain, 1), "ssim": round(t_ssim, 1),
                     "align_coarse_3mm": round(coarse["seconds"], 1),
                     "align_full_resolution_reference_rows": round(full["seconds"], 1),

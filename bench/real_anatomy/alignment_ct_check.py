@@ -36,7 +36,10 @@ from build_cohort import deformed, rigid  # noqa: E402  (the cohort's own augmen
 from synthaudit.relict import alignment as al  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
+CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
 AIR = -1000.0
+NOISE_HU = 10.0
+SPACING_MM, PATIENTS, COPIES_PER_KIND, SEED = 1.5, 10, 3, 29  # this check's cohort (alignment_ct_results.json)
 
 
 def ct_on_grid(path: Path, spacing_mm: float) -> tuple[np.ndarray, np.ndarray]:
@@ -63,28 +66,18 @@ def in_air(f, v: np.ndarray, *args) -> np.ndarray:
     return (f(v - AIR, *args) + AIR).astype(np.float32)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ct", type=Path,
-                    default=ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz")
-    ap.add_argument("--out", type=Path, default=ROOT / "bench/real_anatomy/alignment_ct_results.json")
-    ap.add_argument("--spacing-mm", type=float, default=1.5)
-    ap.add_argument("--patients", type=int, default=10)
-    ap.add_argument("--copies-per-kind", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=29)
-    ap.add_argument("--threads", type=int, default=2)
-    args = ap.parse_args(argv)
-    rng = np.random.default_rng(args.seed)
-    sp = [args.spacing_mm] * 3
-    base = load_ct(args.ct, args.spacing_mm)
-    print(f"CT on {base.shape} at {args.spacing_mm} mm, HU {np.percentile(base, 1):.0f} to {np.percentile(base, 99):.0f}")
-    noise = 10.0  # HU
-    training = [in_air(deformed, base, sp, 6.0, 30.0, rng) + rng.normal(0, noise, base.shape).astype(np.float32)
-                for _ in range(args.patients)]
-    copies, truth = [], []
+def cohort(base: np.ndarray, sp, n_train: int, per_kind: int, n_new: int, rng):
+    """Training "patients" (``base`` under smooth deformations up to 6 mm), then per kind ``per_kind`` shifted,
+    rotated and mirrored copies of training scans (padded with air), then ``n_new`` new deformations, every
+    volume with 10 HU noise; the truth per synthetic volume: its kind, source and transform."""
+    def noisy(v):
+        return v + rng.normal(0, NOISE_HU, v.shape).astype(np.float32)
+
+    training = [noisy(in_air(deformed, base, sp, 6.0, 30.0, rng)) for _ in range(n_train)]
+    synthetic, truth = [], []
     for kind in ("shifted", "rotated", "flipped"):
-        for j in range(args.copies_per_kind):
-            src = int(rng.integers(args.patients))
+        for _ in range(per_kind):
+            src = int(rng.integers(n_train))
             clean = training[src]
             if kind == "shifted":
                 d = rng.normal(size=3)
@@ -99,8 +92,25 @@ def main(argv=None) -> int:
                         "angle_deg": round(float(np.linalg.norm(rot)), 2)}
             else:
                 v, what = np.ascontiguousarray(clean[::-1]), {"mirror_axis": 0}
-            copies.append(v + rng.normal(0, noise, v.shape).astype(np.float32))
+            synthetic.append(noisy(v))
             truth.append({"kind": kind, "source": src, **what})
+    for _ in range(n_new):
+        synthetic.append(noisy(in_air(deformed, base, sp, 6.0, 30.0, rng)))
+        truth.append({"kind": "new", "source": None})
+    return training, synthetic, truth
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ct", type=Path, default=CT)
+    ap.add_argument("--out", type=Path, default=ROOT / "bench/real_anatomy/alignment_ct_results.json")
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    rng = np.random.default_rng(SEED)
+    sp = [SPACING_MM] * 3
+    base = load_ct(args.ct, SPACING_MM)
+    print(f"CT on {base.shape} at {SPACING_MM} mm, HU {np.percentile(base, 1):.0f} to {np.percentile(base, 99):.0f}")
+    training, copies, truth = cohort(base, sp, PATIENTS, COPIES_PER_KIND, 0, rng)
 
     cfg = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]["alignment"]
     space = al.SearchSpace.from_params(cfg["search"])
@@ -137,7 +147,7 @@ def main(argv=None) -> int:
                      "rank_plain": int((plain < plain[s]).sum()) + 1, "rank_aligned": int((aligned < aligned[s]).sum()) + 1,
                      "transform_found": tr.describe(spacing) if tr else None})
     out = {"ct": str(args.ct.relative_to(ROOT)) if args.ct.is_relative_to(ROOT) else str(args.ct),
-           "grid": list(base.shape), "spacing_mm": sp, "background_hu": background, "noise_hu": noise,
+           "grid": list(base.shape), "spacing_mm": sp, "background_hu": background, "noise_hu": NOISE_HU,
            "n_training": len(training), "search": cfg["search"], "preselect_factor": factor_pre,
            "seconds": round(seconds, 1), "threads": args.threads,
            "aligned_above_plain_pairs": above, "n_pairs": int(sum(len(p) for p in pairs)),

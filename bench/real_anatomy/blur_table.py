@@ -19,8 +19,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
-import csv
 import json
 import sys
 import time
@@ -31,29 +29,18 @@ import numpy as np
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench/real_anatomy")]
 import doc_table  # noqa: E402  the docs page's table from the JSON
+from fidelity_table import load_folder  # noqa: E402
 
-from synthaudit.io import write_json  # noqa: E402
+from synthaudit.io import read_tsv  # noqa: E402
+
 RESULT = "results/bench/real_anatomy_blur_cohort.json"
 PAGE = "docs/matched_null.md"
 MARKERS = ("<!-- blur_table: bench/real_anatomy/blur_table.py doc --write -->", "<!-- /blur_table -->")
 MEASURES = ("mae", "rmse", "ssim", "ncc")
 AUGMENTED = ("flipped", "shifted", "rotated")
 KINDS = ("exact", "deformed") + AUGMENTED
-
-
-def read_tsv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
-
-
-def load_folder(folder: Path) -> tuple[list[str], np.ndarray]:
-    import nibabel as nib
-
-    files = sorted(folder.glob("*.nii.gz"))
-    return [f.name.removesuffix(".nii.gz") for f in files], np.stack(
-        [np.asarray(nib.load(str(f)).dataobj, np.float32) for f in files])
 
 
 def distances(queries: np.ndarray, training: np.ndarray, data_range: float) -> dict[str, np.ndarray]:
@@ -103,14 +90,14 @@ def compute(cohorts: list[Path], n: int, rate: float, seed: int, percentiles: li
     t0 = time.perf_counter()
     out = {"n_closest": n, "rate": rate, "matched_seed": seed, "measures": list(MEASURES), "sets": {}}
     for cohort in cohorts:
-        train_ids, training = load_folder(cohort / "training")
-        held_ids, heldout = load_folder(cohort / "heldout")
+        train_ids, training, _ = load_folder(cohort / "training")
+        held_ids, heldout, _ = load_folder(cohort / "heldout")
         patient = lambda i: i.split("_")[0]  # noqa: E731 - the cohort's ids: <patient>_s<k>
         train_patients, held_patients = [patient(i) for i in train_ids], [patient(i) for i in held_ids]
         data_range = float(training.max() - training.min())
         cfg = json.loads((cohort / "cohort.json").read_text())["config"]
         truth = {r["synthetic_id"]: r for r in read_tsv(cohort / "truth.tsv")}
-        syn_ids, synthetic = load_folder(cohort / "synthetic")
+        syn_ids, synthetic, _ = load_folder(cohort / "synthetic")
         kinds = [truth[s]["kind"] for s in syn_ids]
         summary = texture.compare_sets([texture.volume_texture(v) for v in synthetic],
                                        [texture.volume_texture(v) for v in heldout], texture.blur_curve(list(heldout)),
@@ -168,31 +155,30 @@ def page_table(res: dict) -> str:
     return markdown(res).rstrip("\n")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["compute", "doc"])
-    ap.add_argument("--set", action="append", default=[], type=Path, help="a cohort folder (build_cohort.py)")
+def doc(write: bool) -> int:
+    return doc_table.doc(PAGE, RESULT, MARKERS, page_table, write, "bench/real_anatomy/blur_table.py doc --write")
+
+
+def main(argv=None) -> int:
     params = yaml.safe_load((ROOT / "params.yaml").read_text())["relict"]
-    ap.add_argument("--n-closest", type=int, help="default: what `synthaudit init` writes for the cohort "
-                    "(RELICT's 50, at most the training set)")
-    ap.add_argument("--rate", type=float, default=params["calibration"]["rate"])
-    ap.add_argument("--seed", type=int, default=params["calibration"]["matched_seed"])
-    ap.add_argument("--out", type=Path, default=ROOT / RESULT)
-    ap.add_argument("--write", action="store_true", help="doc: write the table into the page")
-    args = ap.parse_args()
-    if args.mode == "doc":
-        return doc_table.doc(PAGE, RESULT, MARKERS, page_table, args.write,
-                             "bench/real_anatomy/blur_table.py doc --write")
-    if args.n_closest is None:
+
+    def options(c):
+        c.add_argument("--set", action="append", default=[], type=Path, help="a cohort folder (build_cohort.py)")
+        c.add_argument("--n-closest", type=int, help="default: what `synthaudit init` writes for the cohort "
+                       "(RELICT's 50, at most the training set)")
+        c.add_argument("--rate", type=float, default=params["calibration"]["rate"])
+        c.add_argument("--seed", type=int, default=params["calibration"]["matched_seed"])
+
+    def run(args) -> dict:
         from synthaudit.workspace import RELICT_N
 
-        args.n_closest = min(RELICT_N, len(list((args.set[0] / "training").glob("*.nii.gz"))))
-    res = compute([c.resolve() for c in args.set], args.n_closest, args.rate, args.seed,
-                  params["calibration"]["texture_range_percentiles"])
-    write_json(args.out, res)
-    args.out.with_suffix(".md").write_text(markdown(res))
-    print(markdown(res))
-    return 0
+        n = args.n_closest or min(RELICT_N, len(list((args.set[0] / "training").glob("*.nii.gz"))))
+        res = compute([c.resolve() for c in args.set], n, args.rate, args.seed,
+                      params["calibration"]["texture_range_percentiles"])
+        Path(args.out).with_suffix(".md").write_text(markdown(res))  # the table beside the JSON
+        return res
+
+    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, page_table, doc, options, run)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,13 @@ def deformed(vol: np.ndarray, spacing, amplitude_mm: float, smoothness_mm: float
     return warp(vol, smooth_displacement(vol.shape, spacing, amplitude_mm, smoothness_mm, rng), order=1)
 
 
+def scanned(anatomy: np.ndarray, cfg: dict, spacing, rng) -> np.ndarray:
+    """One scan of a patient: its anatomy under a small deformation, a gain and noise (cohort.yaml's scan_*)."""
+    v = deformed(anatomy, spacing, cfg["scan_deformation_mm"], 30.0, rng)
+    v = v * np.float32(1 + cfg["scan_gain"] * rng.uniform(-1, 1))
+    return (v + rng.normal(0, cfg["scan_noise"], v.shape)).astype(np.float32)
+
+
 def rigid(vol: np.ndarray, spacing, rotvec_deg, shift_mm) -> np.ndarray:
     """Rotate by ``rotvec_deg`` (axis * angle, physical axes) about the grid centre, then shift
     by ``shift_mm``: one linear interpolation, the background (0) outside, as a generator's
@@ -125,7 +132,6 @@ def main(argv=None) -> int:
     cfg = yaml.safe_load(args.config.read_text())
     if args.generator_blur_vox is not None:
         cfg["generator_blur_vox"] = args.generator_blur_vox
-    rng = np.random.default_rng(cfg["seed"])
     sp = [float(cfg["spacing_mm"])] * 3
     shape = tuple(cfg["grid_vox"])
     grid = reference_grid(cfg["spacing_mm"], shape, cfg["grid_center_mm"])
@@ -161,10 +167,7 @@ def main(argv=None) -> int:
         return warp(src, p["disp"], order=1) * p["bias"]
 
     def scan_of(p: dict, scan: int) -> np.ndarray:
-        srng = np.random.default_rng([cfg["seed"], p["seed"], scan, 7])
-        v = deformed(anatomy(p, scan), sp, cfg["scan_deformation_mm"], 30.0, srng)
-        v = v * np.float32(1 + cfg["scan_gain"] * srng.uniform(-1, 1))
-        return (v + srng.normal(0, cfg["scan_noise"], v.shape)).astype(np.float32)
+        return scanned(anatomy(p, scan), cfg, sp, np.random.default_rng([cfg["seed"], p["seed"], scan, 7]))
 
     def generated(v: np.ndarray, grng) -> np.ndarray:
         """The 'generator' degradation every synthetic volume gets (copies and new patients alike)."""

@@ -9,19 +9,18 @@ same rule calls when each is left out (`copies.json`).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from collections import Counter
 from pathlib import Path
 
-from synthaudit.io import write_json
+from synthaudit.io import read_tsv, write_json
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def tally(workspace: Path, cohort: Path, dataset: str) -> dict:
-    truth = {r["synthetic_id"]: r["kind"] for r in csv.DictReader(open(cohort / "truth.tsv"), delimiter="\t")}
-    rows = list(csv.DictReader(open(workspace / f"results/relict/{dataset}/calibrated_calls.tsv"), delimiter="\t"))
+    truth = {r["synthetic_id"]: r["kind"] for r in read_tsv(cohort / "truth.tsv")}
+    rows = read_tsv(workspace / f"results/relict/{dataset}/calibrated_calls.tsv")
     n, called = Counter(), Counter()
     for r in rows:
         kind = truth[r["synthetic_id"]]

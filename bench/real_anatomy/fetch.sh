@@ -21,8 +21,13 @@ for spec in mricron-data=1.2.20211006+dfsg-4 invesalius-examples=3.1.99998-4 \
   rm -rf "$WORK/x/deb_$pkg"; mkdir -p "$WORK/x/deb_$pkg"
   dpkg-deb -x "${pkg}"_*.deb "$WORK/x/deb_$pkg"
 done
-# PyPI: an sdist through the JSON API (sha256 checked; pip download would build it)
-f=$("$PY" "$HERE/pypi_get.py" pycortex 1.4.0 sdist pypi_pycortex | cut -d' ' -f1)
+# PyPI: an sdist from the link its simple index gives, checked against the index's sha256 (pip download
+# would build it)
+f=pycortex-1.4.0.tar.gz
+url=$(curl -sfL -m 120 https://pypi.org/simple/pycortex/ | grep -m1 -o "https://[^\"#]*/$f#sha256=[0-9a-f]*") \
+  || { echo "no $f in PyPI's simple index" >&2; exit 1; }
+curl -sfL -m 900 -o "$f" "${url%#*}"
+echo "${url##*=}  $f" | sha256sum -c --quiet
 rm -rf "$WORK/x/pypi_pycortex"; mkdir -p "$WORK/x/pypi_pycortex"; tar xzf "$f" -C "$WORK/x/pypi_pycortex"
 # npm tarballs
 for spec in cornerstone-nifti-image-loader@1.0.0 brainbrowser@2.3.0; do

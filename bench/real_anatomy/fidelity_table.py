@@ -20,7 +20,6 @@ Usage:
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
@@ -29,6 +28,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(ROOT / "bench"))
+import doc_table  # noqa: E402  the docs page's table from the JSON
+
 RESULT = "results/bench/real_anatomy_fidelity_cohort.json"
 PAGE = "docs/fidelity.md"
 MARKERS = ("<!-- fidelity_table: bench/real_anatomy/fidelity_table.py doc --write -->", "<!-- /fidelity_table -->")
@@ -44,15 +46,16 @@ COLUMNS = [("frechet_distance", "FD"), ("frd", "FRD"), ("precision", "precision"
            ("coverage", "coverage"), ("authenticity", "authenticity")]
 
 
-def load_folder(folder: Path) -> tuple[list[str], list[np.ndarray], np.ndarray]:
+def load_folder(folder: Path) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """A cohort folder's volumes (build_cohort.py's: one grid), sorted by id: ids, stacked volumes, the affine."""
     import nibabel as nib
 
     files = sorted(folder.glob("*.nii.gz"))
     if not files:
         raise SystemExit(f"{folder}: no volumes (build the cohort: bench/real_anatomy/run.sh audit)")
     affine = nib.load(str(files[0])).affine
-    return [f.name.removesuffix(".nii.gz") for f in files], [np.asarray(nib.load(str(f)).dataobj, np.float32)
-                                                          for f in files], affine
+    return [f.name.removesuffix(".nii.gz") for f in files], np.stack(
+        [np.asarray(nib.load(str(f)).dataobj, np.float32) for f in files]), affine
 
 
 def degraded(vols: list[np.ndarray], kind: str, level: float, spacing: list[float], seed: int) -> list[np.ndarray]:
@@ -191,33 +194,19 @@ def markdown(res: dict) -> str:
 
 
 def doc(write: bool) -> int:
-    sys.path.insert(0, str(ROOT / "bench"))
-    import doc_table
-
     return doc_table.doc(PAGE, RESULT, MARKERS, markdown, write, "bench/real_anatomy/fidelity_table.py doc --write")
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("compute")
-    c.add_argument("--cohort", type=Path, required=True)
-    c.add_argument("--extractor", help="relict.features.extractor (default: the shipped params.yaml's)")
-    c.add_argument("--workers", type=int, default=2, help="PyRadiomics processes")
-    c.add_argument("--scratch", type=Path, help="where the degraded volumes are written for PyRadiomics")
-    c.add_argument("--out", type=Path, default=ROOT / RESULT)
-    d = sub.add_parser("doc")
-    d.add_argument("--write", action="store_true")
-    args = ap.parse_args(argv)
-    if args.cmd == "doc":
-        return doc(args.write)
-    from synthaudit.io import write_json
+    def options(c):
+        c.add_argument("--cohort", type=Path, required=True)
+        c.add_argument("--extractor", help="relict.features.extractor (default: the shipped params.yaml's)")
+        c.add_argument("--workers", type=int, default=2, help="PyRadiomics processes")
+        c.add_argument("--scratch", type=Path, help="where the degraded volumes are written for PyRadiomics")
 
-    res = compute(args.cohort.resolve(), args.extractor, args.workers,
-                  args.scratch or args.cohort.resolve().parent / f"fidelity_scratch_{args.cohort.name}")
-    write_json(args.out, res)
-    print(markdown(res))
-    return 0
+    return doc_table.cli(argv, __doc__.splitlines()[0], RESULT, markdown, doc, options, lambda a: compute(
+        a.cohort.resolve(), a.extractor, a.workers,
+        a.scratch or a.cohort.resolve().parent / f"fidelity_scratch_{a.cohort.name}"))
 
 
 if __name__ == "__main__":

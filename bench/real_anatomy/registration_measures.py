@@ -41,12 +41,9 @@ def qc_table_figure(vols: list[np.ndarray], patients: list[str], grid: dict):
     """What the workflow's QC table reports for the same scans (4 mm blocks,
     synthaudit.preprocess.qc.patient_consistency): the fraction whose closest other scan is their
     own patient's, to compare with the full-resolution figure above."""
-    qc = getattr(__import__("synthaudit.preprocess.qc", fromlist=["qc"]), "patient_consistency", None)
-    if qc is None:  # synthaudit before issue 29
-        return None
-    from synthaudit.preprocess.qc import block_average
+    from synthaudit.preprocess.qc import block_average, patient_consistency
 
-    rows = qc([block_average(v, grid["spacing_mm"]) for v in vols], patients)
+    rows = patient_consistency([block_average(v, grid["spacing_mm"]) for v in vols], patients)
     return round(float(np.mean([bool(r["same_patient_nearest"]) for r in rows])), 4)
 
 
