@@ -236,6 +236,19 @@ def test_the_power_table_is_the_committed_measurement_and_the_closed_form():
             assert 0.55 <= r["simulated_power"] <= 0.9
 
 
+def test_the_cost_table_is_the_committed_measurement_of_the_verdicts_stages():
+    """docs/membership.md's cost table is results/bench/membership_cost.json's (bench/membership/cost.py), whose
+    stages are the verdict's own benchmark patterns (synthaudit.review.timing), the stage's one job included."""
+    from synthaudit.review import timing
+
+    cost = _bench("bench/membership/cost.py")
+    assert cost.doc(write=False) == 0, "run `.venv/bin/python bench/membership/cost.py doc --write`"
+    assert cost.STAGES["membership"] == ["membership.tsv"] == timing.UNESTIMATED_BENCHMARKS["membership inference"]
+    assert set(cost.STAGES["samples x training"]) < set(timing.STAGE_BENCHMARKS["image level (MAE, RMSE, SSIM)"])
+    runs = json.loads((ROOT / cost.RESULT).read_text())["runs"]
+    assert set(runs) == {"demo", "real-anatomy"} and all(r["membership"]["jobs"] == 1 for r in runs.values())
+
+
 def test_the_reference_table_is_the_committed_measurement_and_the_stages_auc():
     """docs/membership.md's leave-patient-out table is results/bench/membership_reference.json's, and its
     leave-patient-out column is the density-ratio AUC the demo's stage wrote (results/metrics/membership.json)."""
