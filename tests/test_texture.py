@@ -225,7 +225,8 @@ def _matched_files(tmp_path, degradation, *, changed=None):
 
 
 def test_the_matched_null_reads_the_held_out_embeddings_only_where_it_left_the_scans_as_they_are(tmp_path):
-    from synthaudit.relict.texture import leaves_unchanged, undegraded_embeddings
+    from synthaudit.features.compare import undegraded_embeddings
+    from synthaudit.relict.texture import leaves_unchanged
 
     none = {"blur_vox": 0.0, "noise_sd": 0.0}
     texture, held_npz, held, matched, ids, emb = _matched_files(tmp_path / "a", none)

@@ -316,7 +316,7 @@ class WorkflowPlan:
 
     def matched_embedding_reuse(self, dataset: str) -> list[str]:
         """What the matched null's embedding job needs to read the held-out scans' embeddings where the
-        null left those scans as they are (synthaudit.relict.texture.undegraded_embeddings): the set's
+        null left those scans as they are (synthaudit.features.compare.undegraded_embeddings): the set's
         texture, the training set's held-out embeddings and its held-out scans. [] where those
         embeddings are made for nothing else (fidelity, anonymisation): reusing them never adds a job."""
         base = self.training_of[dataset]

@@ -1,11 +1,10 @@
 """Snakemake adapter: embed every volume of one dataset split with the configured extractor (the
 matched null's split reads the held-out scans' embeddings where it left them as they are:
-synthaudit.relict.texture.undegraded_embeddings)."""
+synthaudit.features.compare.undegraded_embeddings)."""
 
-from synthaudit.features.compare import save_embeddings
+from synthaudit.features.compare import save_embeddings, undegraded_embeddings
 from synthaudit.io import load_volume
 from synthaudit.logs import Progress, logged
-from synthaudit.relict.texture import undegraded_embeddings
 
 with logged(snakemake.log[0]) as log:
     reuse = snakemake.input.get("reuse")  # matched split: texture.json, held-out embeddings, held-out scans

@@ -274,3 +274,36 @@ def load_embeddings(path: str | os.PathLike, expect_extractor: str | None = None
         raise ValueError(f"{path}: made by extractor {meta.get('name')!r}, but {expect_extractor!r} "
                          "is configured; recompute the embeddings")
     return ids, embeddings, meta
+
+
+def undegraded_embeddings(texture_json: str, heldout_embeddings: str, heldout_scans: list[str],
+                          matched_scans: list[str], ids: list[str]):
+    """The matched null's embeddings read from the held-out scans' own, where the set's matched null
+    left every scan as it is; ``None`` where it did not (then they are computed).
+
+    Why: the matched null embeds a synthetic set's held-out scans again, once per set. When the samples
+    look like scans (inside their range) or are a mixture, nothing is degraded, and each of those jobs
+    recomputed the held-out embeddings: in the demo, every set (5 jobs, about 100 of its encoder's
+    270 job-seconds). Reused only when the fit is none, every matched volume equals its held-out scan
+    (voxels and affine) and the ids are the held-out file's, in its order (so the encoder's batches were
+    the same); the caller writes them with the held-out file's meta, as the encoder would have.
+
+    Returns:
+        ``(embeddings, meta)`` or ``None``.
+    """
+    import json
+
+    from ..io import load_volume
+    from ..relict.texture import leaves_unchanged
+
+    with open(texture_json) as f:
+        if not leaves_unchanged(json.load(f)["degradation"]):
+            return None
+    held_ids, emb, meta = load_embeddings(heldout_embeddings)
+    if held_ids != list(ids) or not len(ids) == len(heldout_scans) == len(matched_scans):
+        return None
+    for held, matched in zip(heldout_scans, matched_scans):
+        (a, a_affine), (b, b_affine) = load_volume(held), load_volume(matched)  # float32, as the encoder reads them
+        if not (np.array_equal(a, b) and np.array_equal(a_affine, b_affine)):
+            return None
+    return emb, meta

@@ -298,36 +298,3 @@ def leaves_unchanged(degradation: dict) -> bool:
     scan as it is: no blur and no noise. The matched null's volumes are then the held-out scans, and
     what was computed on those (their embeddings) holds for them bit for bit."""
     return float(degradation.get("blur_vox") or 0.0) <= 0.0 and float(degradation.get("noise_sd") or 0.0) <= 0.0
-
-
-def undegraded_embeddings(texture_json: str, heldout_embeddings: str, heldout_scans: list[str],
-                          matched_scans: list[str], ids: list[str]):
-    """The matched null's embeddings read from the held-out scans' own, where the set's matched null
-    left every scan as it is; ``None`` where it did not (then they are computed).
-
-    Why: the matched null embeds a synthetic set's held-out scans again, once per set. When the samples
-    look like scans (inside their range) or are a mixture, nothing is degraded, and each of those jobs
-    recomputed the held-out embeddings: in the demo, every set (5 jobs, about 100 of its encoder's
-    270 job-seconds). Reused only when the fit is none, every matched volume equals its held-out scan
-    (voxels and affine) and the ids are the held-out file's, in its order (so the encoder's batches were
-    the same); the caller writes them with the held-out file's meta, as the encoder would have.
-
-    Returns:
-        ``(embeddings, meta)`` or ``None``.
-    """
-    import json
-
-    from ..features.compare import load_embeddings
-    from ..io import load_volume
-
-    with open(texture_json) as f:
-        if not leaves_unchanged(json.load(f)["degradation"]):
-            return None
-    held_ids, emb, meta = load_embeddings(heldout_embeddings)
-    if held_ids != list(ids) or not len(ids) == len(heldout_scans) == len(matched_scans):
-        return None
-    for held, matched in zip(heldout_scans, matched_scans):
-        (a, a_affine), (b, b_affine) = load_volume(held), load_volume(matched)  # float32, as the encoder reads them
-        if not (np.array_equal(a, b) and np.array_equal(a_affine, b_affine)):
-            return None
-    return emb, meta
