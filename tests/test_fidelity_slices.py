@@ -62,6 +62,7 @@ def _theirs(net, volume_ras: np.ndarray, center_ratio=None):
     return out  # xy, yz, zx
 
 
+@pytest.mark.slow  # the reference script compared (36 s); the quick audit test below runs the same extraction
 def test_slice_features_and_the_fd_follow_nv_generate_ctmrs_script(weights, tmp_path):
     from synthaudit.fidelity.measures import frechet_distance
 
