@@ -377,9 +377,9 @@ class WorkflowPlan:
                       "grid": self.grid_json(d), "candidates": self.membership_inputs(d)}
         return out
 
-    def membership_files(self) -> list[str]:
-        """What the membership job reads (its inputs)."""
-        sets = self.membership_sets().values()
+    def membership_files(self, sets: dict[str, dict] | None = None) -> list[str]:
+        """What the membership job reads (its inputs), from :meth:`membership_sets` (or its answer, ``sets``)."""
+        sets = (self.membership_sets() if sets is None else sets).values()
         keys = ("heldout", "synthetic", "training_distances", "embeddings", "filter_scores")
         return sorted({p for s in sets for k in keys for p in s[k]} | {s["grid"] for s in sets})
 

@@ -5,13 +5,15 @@
 # (synthaudit.membership.stage: their start-ups were most of the stage's time). The ROC figures are drawn by
 # the verdict (review.smk), in its one job that draws figures anyway.
 
+MEMBERSHIP_SETS = PLAN.membership_sets()  # the plan's inputs of every set, built once
+
 
 rule membership:
     input:
-        PLAN.membership_files(),
+        PLAN.membership_files(MEMBERSHIP_SETS),
     output:
-        summaries=[f"results/membership/{d}/membership.json" for d in PLAN.membership_sets()],
-        patients=[f"results/membership/{d}/patients.tsv" for d in PLAN.membership_sets()],
+        summaries=[f"results/membership/{d}/membership.json" for d in MEMBERSHIP_SETS],
+        patients=[f"results/membership/{d}/patients.tsv" for d in MEMBERSHIP_SETS],
         metrics="results/metrics/membership.json",
         index="results/membership/index.json",  # the folder exists (DVC tracks it) with no set to attack too
     log:
@@ -24,7 +26,7 @@ rule membership:
     resources:
         mem_mb=2000,
     params:
-        sets=PLAN.membership_sets(),
+        sets=MEMBERSHIP_SETS,
         settings=PLAN.membership,
         scaling=config["relict"]["features"]["scaling"],  # the embedding attacks compare as the feature level
     script:

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 import numpy as np
 
 
-
 def closest_distance_scores(distances: np.ndarray) -> np.ndarray:
     """Candidates x samples distances -> each candidate's score, minus its distance to the closest sample.
 

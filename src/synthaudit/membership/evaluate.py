@@ -85,9 +85,10 @@ def bootstrap(members: Sequence[float], nonmembers: Sequence[float], n: int, see
         grid = np.asarray(fpr_grid, float)
         # each replicate's TPR at the last threshold whose FPR is at or below the grid's (its rows' FPRs rise
         # with the threshold: the count at or below is numpy.searchsorted's "right" side, for every row at once)
-        band = np.concatenate([np.take_along_axis(t, (f[:, :, None] <= grid + 1e-12).sum(axis=1) - 1, axis=1)
-                               for t, f in zip(np.array_split(tpr, -(-len(tpr) // 256)),
-                                               np.array_split(fpr, -(-len(fpr) // 256)))])  # 256 rows at a time
+        band = np.empty((len(tpr), len(grid)))
+        for r in range(0, len(tpr), 256):  # 256 replicates at a time: their rows x thresholds x grid comparisons
+            at = (fpr[r:r + 256, :, None] <= grid + 1e-12).sum(axis=1) - 1
+            band[r:r + 256] = np.take_along_axis(tpr[r:r + 256], at, axis=1)
         out["band"] = {"fpr": grid.tolist(), "low": np.quantile(band, q[0], axis=0).tolist(),
                        "high": np.quantile(band, q[1], axis=0).tolist()}
     return out

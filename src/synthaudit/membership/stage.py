@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
@@ -35,25 +36,35 @@ class SetFiles:
     candidates: dict  # audit.candidates' arguments
 
 
+def _on_grid(path: str, grid: dict) -> np.ndarray:
+    """A volume, refused unless it lies on the audit's grid (as every job that reads volumes does)."""
+    from ..io import check_on_grid, load_volume
+
+    data, affine = load_volume(path)
+    check_on_grid(path, data, affine, grid)
+    return data
+
+
 class Shared:
-    """Volumes and embeddings read once for every set that names them (sets are grouped by training set,
-    so the volumes of one training set are held while its sets run, then let go)."""
+    """The grid, volumes and embeddings read once for every set that names them (sets are grouped by
+    training set, so one training set's are held while its sets run, then let go)."""
 
     def __init__(self):
         self._volumes: dict[str, np.ndarray] = {}
         self._embeddings: dict[str, tuple] = {}
-        self._grid: str | None = None
+        self._grid_path: str | None = None
+        self.grid: dict = {}
 
-    def volume(self, path: str, grid: str) -> np.ndarray:
-        from ..io import check_on_grid, load_volume
-
-        if grid != self._grid:  # another training set: its volumes are not the last one's
+    def use(self, grid_path: str) -> None:
+        """Hold this training set's grid (grid.json), letting another set's volumes and embeddings go."""
+        if grid_path != self._grid_path:
             self._volumes.clear()
-            self._grid = grid
+            self._embeddings.clear()
+            self._grid_path, self.grid = grid_path, json.loads(Path(grid_path).read_text())
+
+    def volume(self, path: str) -> np.ndarray:
         if path not in self._volumes:
-            data, affine = load_volume(path)
-            check_on_grid(path, data, affine, json.loads(open(grid).read()))
-            self._volumes[path] = data
+            self._volumes[path] = _on_grid(path, self.grid)
         return self._volumes[path]
 
     def embeddings(self, path: str) -> tuple:
@@ -67,23 +78,14 @@ class Shared:
 def _image_distances(s: SetFiles, c: ma.Candidates, shared: Shared, threads: int, device: str) -> dict:
     """Candidates x samples distances per image measure: the members' rows from the image level's matrices,
     the non-members' computed here with the image level's kernels."""
-    from ..io import check_on_grid, load_volume
     from ..relict import matrix
     from ..relict.image_measures import all_pairs_image_measures
 
     held = {v: k for k, v in enumerate(v for v, _ in s.candidates["heldout"])}
-    wanted = [v for v, m in zip(c.ids, c.member) if not m]
-    heldout = np.stack([shared.volume(s.heldout[held[v]], s.grid) for v in wanted])
-    grid = json.loads(open(s.grid).read())
-
-    def samples():
-        for path in s.synthetic:
-            data, affine = load_volume(path)
-            check_on_grid(path, data, affine, grid)
-            yield data
-
+    heldout = np.stack([shared.volume(s.heldout[held[v]]) for v, m in zip(c.ids, c.member) if not m])
+    samples = (_on_grid(path, shared.grid) for path in s.synthetic)
     # held-out rows x sample columns: MAE and RMSE are symmetric, so the samples stand where training is
-    new = all_pairs_image_measures(heldout, samples(), s.measures, data_range=1.0, threads=threads,
+    new = all_pairs_image_measures(heldout, samples, s.measures, data_range=1.0, threads=threads,
                                    n_training=len(s.synthetic_ids), device=device)  # as the image level's own
     out = {}
     for m, path in zip(s.measures, s.training_distances):
@@ -133,6 +135,7 @@ def run_set(dataset: str, s: SetFiles, settings: Mapping, scaling: str, shared: 
             device: str = "cpu", log=None) -> tuple[dict, list[dict]]:
     """One set's ``membership.json`` content and its per-patient rows."""
     c = ma.candidates(**s.candidates)
+    shared.use(s.grid)
     if log is not None:
         log.info("%s: %d member patients (%d scans), %d non-member patients (%d scans)%s", dataset,
                  len(c.member_patients), sum(c.member), len(c.nonmember_patients), len(c.member) - sum(c.member),
